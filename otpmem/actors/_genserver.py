@@ -1,0 +1,373 @@
+"""GenServer: OTP's generic server on a pykka thread, and the Handle that talks to it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from . import _names
+from ._errors import (
+    NORMAL,
+    CallingSelf,
+    CallTimeout,
+    ExitReason,
+    NoProcess,
+    NotInProcess,
+)
+from ._process import Process, current, next_monitor_ref
+from ._signals import CallEnvelope, CastEnvelope, Down, Pid, Slot
+
+if TYPE_CHECKING:
+    from .faults import FaultPlan
+
+logger = logging.getLogger("otpmem.actors")
+
+
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+IGNORE: Any = _Sentinel("IGNORE")
+"""Return from ``init`` to start nothing, without error (OTP's ``ignore``)."""
+
+NO_REPLY: Any = _Sentinel("NO_REPLY")
+"""Return from ``handle_call`` to answer later with ``reply(self.caller(), value)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Return from a handler to stop the server with ``reason`` (after replying ``reply``)."""
+
+    reason: ExitReason = NORMAL
+    reply: Any = None
+
+
+class ReplyTo:
+    """Where a deferred reply goes: hold it, then ``reply(to, value)`` from any thread."""
+
+    __slots__ = ("_process", "_slot", "caller")
+
+    def __init__(self, process: Process, slot: Slot, caller: Process | None) -> None:
+        self._process = process
+        self._slot = slot
+        self.caller = caller
+
+    @property
+    def caller_pid(self) -> Pid | None:
+        """The pid of the calling process, or None when a plain thread called."""
+        return None if self.caller is None else self.caller.pid
+
+
+def reply(to: ReplyTo, value: Any) -> bool:
+    """Answer a call that returned ``NO_REPLY``; False if it already timed out or failed."""
+    to._process.pending.discard(to._slot)
+    return to._slot.set(value)
+
+
+def reply_error(to: ReplyTo, error: BaseException) -> bool:
+    """Answer a deferred call with an error the caller will raise."""
+    to._process.pending.discard(to._slot)
+    return to._slot.fail(error)
+
+
+class Handle:
+    """A reference to a server: by process (one incarnation) or by name (whoever holds it).
+
+    A handle made from a name resolves the name at every call, so it keeps working after
+    the server was restarted under that name.
+    """
+
+    __slots__ = ("_name", "_process")
+
+    def __init__(self, process: Process | None = None, name: str | None = None) -> None:
+        if (process is None) == (name is None):
+            raise TypeError("a Handle needs exactly one of process or name")
+        self._process = process
+        self._name = None if name is None else _names.check_name(name)
+
+    @classmethod
+    def named(cls, name: str) -> Handle:
+        """A handle that looks ``name`` up at every use."""
+        return cls(name=name)
+
+    def _target(self) -> object:
+        return self._name if self._name is not None else self._process
+
+    def resolve(self) -> Process:
+        """The live process behind this handle; ``NoProcess`` if there is none."""
+        if self._name is not None:
+            process = _names.lookup(self._name)
+            if process is None:
+                raise NoProcess(self._name)
+            return process
+        assert self._process is not None
+        if self._process.dead:
+            raise NoProcess(self._process)
+        return self._process
+
+    def _process_or_none(self) -> Process | None:
+        if self._name is not None:
+            return _names.lookup(self._name)
+        return self._process
+
+    @property
+    def pid(self) -> Pid | None:
+        """The current incarnation's pid (None if a named handle resolves to nothing)."""
+        process = self._process_or_none()
+        return None if process is None else process.pid
+
+    @property
+    def name(self) -> str | None:
+        """The registered name of the server, if any."""
+        process = self._process_or_none()
+        return self._name if process is None else process.name
+
+    @property
+    def alive(self) -> bool:
+        """True while the process (or the current holder of the name) runs."""
+        process = self._process_or_none()
+        return process is not None and not process.dead
+
+    @property
+    def exit_reason(self) -> ExitReason:
+        """The exit reason of a dead incarnation (None while it runs)."""
+        process = self._process_or_none()
+        return None if process is None else process.exit_reason
+
+    def call(self, message: Any, timeout: float | None = 5.0) -> Any:
+        """Send ``message`` to ``handle_call`` and wait for the reply.
+
+        Raises ``CallTimeout`` after ``timeout`` s (``None`` waits forever, rarely right),
+        ``NoProcess`` if the server is not running, ``ServerExited`` if it exits first,
+        ``CallingSelf`` from the server's own thread, and the server's declared caller
+        errors as they were raised.
+        """
+        process = self.resolve()
+        if process.thread is threading.current_thread():
+            raise CallingSelf(self._target())
+        slot = Slot()
+        pending = process.pending
+        pending.add(slot)
+        # Checked after adding: either the exit path sees the slot and fails it, or this
+        # check sees `dead`; a call can never be stranded in a dying mailbox.
+        if process.dead:
+            pending.discard(slot)
+            raise NoProcess(self._target())
+        process.send(CallEnvelope(message, slot, current()))
+        if not slot.wait(timeout):
+            pending.discard(slot)
+            raise CallTimeout(self._target(), timeout)
+        if slot.error is not None:
+            raise slot.error
+        return slot.value
+
+    def cast(self, message: Any) -> None:
+        """Send ``message`` to ``handle_cast``; dropped silently if nobody runs (as in OTP)."""
+        process = self._process_or_none()
+        if process is not None:
+            process.send(CastEnvelope(message))
+
+    def send(self, message: Any) -> None:
+        """Send ``message`` to ``handle_info`` (Erlang's ``!``); dropped if nobody runs."""
+        process = self._process_or_none()
+        if process is not None:
+            process.send(message)
+
+    def stop(self, reason: ExitReason = NORMAL, timeout: float | None = 5.0) -> None:
+        """Stop the server after the messages already queued; ``terminate(reason)`` runs.
+
+        Raises ``NoProcess`` if it is not running and ``CallTimeout`` if it has not exited
+        within ``timeout`` s (it still stops when it gets to the request).
+        """
+        process = self.resolve()
+        if process.thread is threading.current_thread():
+            raise CallingSelf(self._target())
+        if not process.request_stop(reason):
+            raise NoProcess(self._target())
+        if not process.exited.wait(timeout):
+            raise CallTimeout(self._target(), timeout, what="stop")
+
+    def wait(self, timeout: float | None = 5.0) -> ExitReason:
+        """Block until this incarnation exits and return its reason; ``CallTimeout`` if not."""
+        process = self._process_or_none()
+        if process is None:
+            raise NoProcess(self._target())
+        if not process.exited.wait(timeout):
+            raise CallTimeout(self._target(), timeout, what="wait for exit")
+        return process.exit_reason
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Handle):
+            return NotImplemented
+        return self._target() is other._target() or (
+            self._name is not None and self._name == other._name
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._name) if self._name is not None else id(self._process)
+
+    def __repr__(self) -> str:
+        if self._name is not None:
+            return f"Handle.named({self._name!r})"
+        return f"Handle({self._process!r})"
+
+
+class GenServer:
+    """A server process with OTP's callbacks. Subclass it, then ``start_link``::
+
+        class Counter(GenServer):
+            def init(self, start=0):
+                self.n = start
+            def handle_call(self, msg):
+                self.n += msg
+                return self.n
+
+        counter = Counter.start_link(10)
+        counter.call(5)  # -> 15
+        counter.stop()
+
+    Every callback runs on the server's own thread, one message at a time. An exception
+    escaping a callback crashes the server (the caller of a pending call gets
+    ``ServerExited``), except the types listed in ``caller_errors``, which go back to the
+    caller and leave the server running.
+    """
+
+    trap_exits: ClassVar[bool] = False
+    """When True, exits of linked processes arrive as ``Exit`` info messages."""
+
+    caller_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Exception types that mean "the caller asked wrongly": returned, not crashed on."""
+
+    handle_class: ClassVar[type[Handle]] = Handle
+    """The client class that ``start_link`` returns."""
+
+    _process: Process
+
+    def init(self, *args: Any, **kwargs: Any) -> Any:
+        """Set up state on the server's thread; return ``IGNORE`` to start nothing."""
+        return None
+
+    def handle_call(self, message: Any) -> Any:
+        """Answer a call: return the reply, ``Stop(...)`` or ``NO_REPLY``."""
+        raise NotImplementedError(f"{type(self).__name__} does not handle calls: {message!r}")
+
+    def handle_cast(self, message: Any) -> Any:
+        """Handle a cast; return ``Stop(...)`` to stop."""
+        logger.warning("%r got an unexpected cast: %r", self._process, message)
+
+    def handle_info(self, message: Any) -> Any:
+        """Handle any other message (``Exit``, ``Down``, ``TableTransfer``, ...)."""
+        logger.warning("%r got an unexpected message: %r", self._process, message)
+
+    def terminate(self, reason: ExitReason) -> None:
+        """Clean up before exit (not run after a kill or an untrapped exit signal)."""
+
+    # -- what a running server may use -----------------------------------------------------
+
+    @property
+    def pid(self) -> Pid:
+        """This incarnation's pid."""
+        return self._process.pid
+
+    @property
+    def handle(self) -> Handle:
+        """A handle to this incarnation (give it to others; do not call it yourself)."""
+        return type(self).handle_class(self._process)
+
+    def caller(self) -> ReplyTo:
+        """The call being handled, to answer later with ``reply`` after ``NO_REPLY``."""
+        envelope = self._process.current_call
+        if envelope is None:
+            raise RuntimeError("caller() is only meaningful inside handle_call")
+        return ReplyTo(self._process, envelope.slot, envelope.caller)
+
+    # -- starting ---------------------------------------------------------------------------
+
+    @classmethod
+    def start_link(
+        cls,
+        *args: Any,
+        name: str | None = None,
+        faults: FaultPlan | None = None,
+        start_timeout: float | None = 5.0,
+        **kwargs: Any,
+    ) -> Any:
+        """Start a server linked to the calling process and return its handle after ``init``.
+
+        Raises ``InitFailed`` if ``init`` raised or timed out, ``StartIgnored`` if it
+        returned ``IGNORE``, and ``AlreadyStarted`` if ``name`` is taken.
+        """
+        return cls._spawn(args, kwargs, current(), name, faults, start_timeout)
+
+    @classmethod
+    def start(
+        cls,
+        *args: Any,
+        name: str | None = None,
+        faults: FaultPlan | None = None,
+        start_timeout: float | None = 5.0,
+        **kwargs: Any,
+    ) -> Any:
+        """Like ``start_link``, without the link (nobody is told when it exits)."""
+        return cls._spawn(args, kwargs, None, name, faults, start_timeout)
+
+    @classmethod
+    def _spawn(
+        cls,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parent: Process | None,
+        name: str | None,
+        faults: FaultPlan | None,
+        start_timeout: float | None,
+    ) -> Handle:
+        server = cls.__new__(cls)
+        process = Process(server, args, kwargs, parent, faults)
+        process.start(name, start_timeout)
+        return cls.handle_class(process)
+
+
+def _calling_process(what: str) -> Process:
+    process = current()
+    if process is None:
+        raise NotInProcess(what)
+    return process
+
+
+def link(target: Handle) -> None:
+    """Link the calling server to ``target`` (both die of the other's crash unless trapping)."""
+    _calling_process("link").link(target.resolve())
+
+
+def unlink(target: Handle) -> None:
+    """Remove a link of the calling server."""
+    _calling_process("unlink").unlink(target.resolve())
+
+
+def monitor(target: Handle) -> int:
+    """Monitor ``target`` from the calling server: a ``Down(ref, pid, reason)`` follows its exit."""
+    watcher = _calling_process("monitor")
+    process = target._process_or_none()
+    if process is None:
+        ref = next_monitor_ref()
+        watcher.send(Down(ref, Pid(0), "noproc"))
+        return ref
+    return watcher.monitor(process)
+
+
+def demonitor(target: Handle, ref: int) -> None:
+    """Cancel a monitor of the calling server."""
+    process = target._process_or_none()
+    if process is not None:
+        _calling_process("demonitor").demonitor(process, ref)
+
+
+def self_handle() -> Handle:
+    """A handle to the calling server."""
+    return Handle(_calling_process("self_handle"))

@@ -1,0 +1,575 @@
+"""The supervisor: OTP's restart state machine as a GenServer that traps exits.
+
+The whole policy is two tables: ``_ACTION`` maps (restart type, exit reason) to what happens,
+and the strategy decides which siblings go down and come back with the crashed child.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Literal
+
+from ..actors import (
+    KILLED,
+    NORMAL,
+    SHUTDOWN,
+    Exit,
+    ExitReason,
+    GenServer,
+    Handle,
+    Pid,
+    StartIgnored,
+    Stop,
+    is_normal_exit,
+    is_shutdown,
+)
+from ..actors._process import Process, current
+from ._handle import SupervisorHandle
+from ._spec import (
+    ChildAlreadyPresent,
+    ChildAlreadyStarted,
+    ChildCounts,
+    ChildInfo,
+    ChildNotFound,
+    ChildRestarting,
+    ChildRunning,
+    ChildSpec,
+    Flags,
+    InvalidChildSpec,
+    SimpleOneForOneOnly,
+    StartChildFailed,
+    SupervisorError,
+    SupervisorEvent,
+    check_spec,
+    check_specs,
+)
+
+logger = logging.getLogger("otpmem.supervisor")
+
+Listener = Callable[[SupervisorEvent], None]
+_Action = Literal["restart", "keep", "delete"]
+
+
+def _action(restart: str, reason: ExitReason) -> _Action:
+    """OTP's exit-reason table (otp_pykka.md §1.5)."""
+    match restart:
+        case "permanent":
+            return "restart"
+        case "transient":
+            return "keep" if is_normal_exit(reason) else "restart"
+        case _:
+            return "delete"
+
+
+class _Child:
+    __slots__ = ("args", "handle", "key", "process", "spec", "status")
+
+    def __init__(self, key: Hashable, spec: ChildSpec, args: tuple[Any, ...] = ()) -> None:
+        self.key = key
+        self.spec = spec
+        self.args = args
+        self.handle: Handle | None = None
+        self.process: Process | None = None
+        self.status: Literal["running", "restarting", "undefined"] = "undefined"
+
+    def info(self, dynamic: bool) -> ChildInfo:
+        return ChildInfo(
+            None if dynamic else self.spec.id,
+            None if self.process is None else self.process.pid,
+            self.handle if self.process is not None else None,
+            self.spec.type,
+            self.status,
+        )
+
+
+class _TryAgain:
+    __slots__ = ("key",)
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+
+
+class Supervisor(GenServer):
+    """Starts children, watches them, and restarts them by OTP's rules::
+
+        sup = Supervisor.start_link([ChildSpec("a", start=lambda: Worker.start_link())])
+        sup.which_children()
+        sup.stop()
+
+    See ``start_link`` for the flags. Every event (started, exited, restarted, ...) goes to
+    the ``otpmem.supervisor`` logger and to the subscribed listeners.
+    """
+
+    trap_exits = True
+    caller_errors = (SupervisorError, InvalidChildSpec)
+    handle_class = SupervisorHandle
+
+    @classmethod
+    def start_link(  # type: ignore[override]
+        cls,
+        children: Iterable[ChildSpec] = (),
+        strategy: str = "one_for_one",
+        intensity: int = 1,
+        period: float = 5.0,
+        auto_shutdown: str = "never",
+        name: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        listeners: Iterable[Listener] = (),
+        start_timeout: float | None = None,
+    ) -> SupervisorHandle:
+        """Start a supervisor linked to the caller, with its children started in order.
+
+        ``intensity`` restarts within ``period`` s are allowed; one more terminates every
+        child (newest first) and exits the supervisor with ``shutdown``. Raises
+        ``InvalidChildSpec``/``InvalidSupervisorFlags`` before starting anything, and
+        ``InitFailed`` if a child fails to start (the ones started are stopped again).
+        """
+        return cls._start_supervisor(
+            True,
+            children,
+            strategy,
+            intensity,
+            period,
+            auto_shutdown,
+            name,
+            clock,
+            listeners,
+            start_timeout,
+        )
+
+    @classmethod
+    def start(  # type: ignore[override]
+        cls,
+        children: Iterable[ChildSpec] = (),
+        strategy: str = "one_for_one",
+        intensity: int = 1,
+        period: float = 5.0,
+        auto_shutdown: str = "never",
+        name: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        listeners: Iterable[Listener] = (),
+        start_timeout: float | None = None,
+    ) -> SupervisorHandle:
+        """Like ``start_link`` without the link: a root supervisor."""
+        return cls._start_supervisor(
+            False,
+            children,
+            strategy,
+            intensity,
+            period,
+            auto_shutdown,
+            name,
+            clock,
+            listeners,
+            start_timeout,
+        )
+
+    @classmethod
+    def _start_supervisor(
+        cls,
+        linked: bool,
+        children: Iterable[ChildSpec],
+        strategy: str,
+        intensity: int,
+        period: float,
+        auto_shutdown: str,
+        name: str | None,
+        clock: Callable[[], float],
+        listeners: Iterable[Listener],
+        start_timeout: float | None,
+    ) -> SupervisorHandle:
+        flags = Flags(strategy, intensity, period, auto_shutdown)  # type: ignore[arg-type]
+        specs = check_specs(children, flags)
+        handle = cls._spawn(
+            (specs, flags, clock, list(listeners)),
+            {},
+            current() if linked else None,
+            name,
+            None,
+            start_timeout,
+        )
+        assert isinstance(handle, SupervisorHandle)
+        return handle
+
+    # -- init and terminate -----------------------------------------------------------------
+
+    def init(
+        self,
+        specs: list[ChildSpec],
+        flags: Flags,
+        clock: Callable[[], float],
+        listeners: list[Listener],
+    ) -> None:
+        self.flags = flags
+        self.clock = clock
+        self.listeners = listeners
+        self.restarts: deque[float] = deque()
+        self.children: list[_Child] = []
+        self.by_pid: dict[Pid, _Child] = {}
+        self.dynamic = flags.strategy == "simple_one_for_one"
+        self.template = specs[0] if self.dynamic else None
+        self._keys = itertools.count()
+        if self.dynamic:
+            return
+        for spec in specs:
+            child = _Child(spec.id, spec)
+            outcome, reason = self._start(child)
+            if outcome == "error":
+                self._terminate_all()
+                raise StartChildFailed(spec.id, reason) from _as_cause(reason)
+            if outcome == "ok" or spec.restart != "temporary":
+                self.children.append(child)
+
+    def terminate(self, reason: ExitReason) -> None:
+        self._terminate_all()
+        self._emit("shutdown", None, None, reason)
+
+    def _terminate_all(self) -> None:
+        if self.dynamic:
+            self._terminate_dynamic()
+            return
+        for child in reversed(self.children):
+            self._shutdown(child)
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def handle_info(self, message: Any) -> Any:
+        if isinstance(message, Exit):
+            return self._child_exited(message.pid, message.reason)
+        if isinstance(message, _TryAgain):
+            child = self._find_key(message.key)
+            if child is not None and child.status == "restarting":
+                return self._restart(child)
+            return None
+        return super().handle_info(message)
+
+    def handle_call(self, message: Any) -> Any:
+        op, *args = message
+        handler = getattr(self, f"_api_{op}", None)
+        if handler is None:
+            raise SupervisorError(f"unknown supervisor request {op!r}")
+        return handler(*args)
+
+    # -- exits and restarts -----------------------------------------------------------------
+
+    def _child_exited(self, pid: Pid, reason: ExitReason) -> Any:
+        child = self.by_pid.pop(pid, None)
+        if child is None:
+            return None  # a stale exit: that incarnation was already terminated by us
+        child.process = None
+        child.handle = None
+        child.status = "undefined"
+        self._emit("exited", child, pid, reason)
+        action = _action(child.spec.restart, reason)
+        if action == "restart":
+            return self._restart(child)
+        if action == "delete" or self.dynamic:
+            self._remove(child)
+        if child.spec.significant and self._should_auto_shutdown():
+            self._emit("auto_shutdown", child, pid, reason)
+            return Stop(SHUTDOWN)
+        return None
+
+    def _should_auto_shutdown(self) -> bool:
+        mode = self.flags.auto_shutdown
+        if mode == "any_significant":
+            return True
+        if mode == "all_significant":
+            return not any(c.spec.significant and c.process is not None for c in self.children)
+        return False
+
+    def _restart(self, child: _Child) -> Any:
+        if not self._add_restart():
+            logger.error(
+                "supervisor %s reached max restart intensity (%d in %s s) restarting %r; "
+                "shutting down",
+                self._label(),
+                self.flags.intensity,
+                self.flags.period,
+                child.spec.id,
+            )
+            self._emit("max_intensity", child, None, None)
+            if not self.dynamic:
+                self._remove(child)
+            return Stop(SHUTDOWN)
+        strategy = self.flags.strategy
+        if strategy in ("one_for_one", "simple_one_for_one"):
+            self._restart_from([child])
+        elif strategy == "one_for_all":
+            for other in reversed(self.children):
+                if other is not child:
+                    self._shutdown_bystander(other)
+            self._restart_from([c for c in self.children if c.spec.restart != "temporary"])
+        else:
+            tail = self.children[self.children.index(child) + 1 :]
+            for other in reversed(tail):
+                self._shutdown_bystander(other)
+            self._restart_from(self.children[self.children.index(child) :])
+        return None
+
+    def _restart_from(self, round_: list[_Child]) -> None:
+        for child in round_:
+            if child.process is not None:
+                continue
+            outcome, _ = self._start(child, "restarted")
+            if outcome == "ignore":
+                if self.dynamic or child.spec.restart == "temporary":
+                    self._remove(child)
+            else:
+                # Retried through the mailbox, so admin calls and shutdown get in between
+                # attempts; each attempt counts against intensity (OTP's try_again_restart).
+                child.status = "restarting"
+                self._process.send(_TryAgain(child.key))
+                return
+
+    def _add_restart(self) -> bool:
+        now = self.clock()
+        self.restarts.append(now)
+        horizon = now - self.flags.period
+        while self.restarts and self.restarts[0] < horizon:
+            self.restarts.popleft()
+        return len(self.restarts) <= self.flags.intensity
+
+    def _shutdown_bystander(self, child: _Child) -> None:
+        self._shutdown(child)
+        if child.spec.restart == "temporary":
+            self._remove(child)
+
+    # -- starting and stopping children -----------------------------------------------------
+
+    def _start(self, child: _Child, event: str = "started") -> tuple[str, ExitReason]:
+        """Run the child's start function: ("ok"|"ignore"|"error", reason)."""
+        try:
+            handle = child.spec.start(*child.args)
+        except StartIgnored:
+            handle = None
+        except Exception as exc:
+            self._emit("start_failed", child, None, exc)
+            return "error", exc
+        if handle is None:
+            child.status = "undefined"
+            return "ignore", None
+        if not isinstance(handle, Handle):
+            reason = TypeError(f"start of {child.spec.id!r} returned {handle!r}, not a Handle")
+            self._emit("start_failed", child, None, reason)
+            return "error", reason
+        try:
+            process = handle.resolve()
+        except Exception as exc:
+            self._emit("start_failed", child, None, exc)
+            return "error", exc
+        # A start function that did not link (e.g. used start()) is linked here; linking to a
+        # process that died meanwhile delivers an Exit with reason noproc.
+        self._process.link(process)
+        child.process = process
+        child.handle = handle
+        child.status = "running"
+        self.by_pid[process.pid] = child
+        self._emit(event, child, process.pid, None)
+        return "ok", None
+
+    def _shutdown(self, child: _Child) -> None:
+        """Stop one child as OTP's ``shutdown/2``: orderly with a timeout, then kill."""
+        process = child.process
+        child.status = "undefined"
+        if process is None:
+            return
+        self.by_pid.pop(process.pid, None)
+        child.process = None
+        child.handle = None
+        shutdown = child.spec.shutdown
+        if shutdown == "brutal_kill":
+            process.kill(KILLED)
+        elif process.request_stop(SHUTDOWN):
+            if not process.exited.wait(shutdown):
+                process.kill(KILLED)
+        else:
+            process.exited.wait(shutdown if isinstance(shutdown, float | int) else None)
+        self._report_shutdown(child, process)
+
+    def _report_shutdown(self, child: _Child, process: Process) -> None:
+        reason = process.exit_reason
+        expected = is_shutdown(reason) or (
+            child.spec.shutdown == "brutal_kill" and reason == KILLED
+        )
+        if child.spec.restart != "permanent" and reason == NORMAL:
+            expected = True
+        self._emit("terminated", child, process.pid, reason)
+        if not expected:
+            logger.error(
+                "supervisor %s: child %r did not shut down cleanly: %r",
+                self._label(),
+                child.spec.id,
+                reason,
+            )
+            self._emit("shutdown_error", child, process.pid, reason)
+
+    def _terminate_dynamic(self) -> None:
+        # simple_one_for_one stops all at once against one deadline, as OTP does.
+        children = [c for c in self.children if c.process is not None]
+        deadline_s: float | None = 0.0
+        for child in children:
+            assert child.process is not None
+            self.by_pid.pop(child.process.pid, None)
+            if child.spec.shutdown == "brutal_kill":
+                child.process.signal_kill(KILLED)
+            else:
+                child.process.request_stop(SHUTDOWN)
+            shutdown = child.spec.shutdown
+            if shutdown is None:
+                deadline_s = None
+            elif deadline_s is not None and isinstance(shutdown, int | float):
+                deadline_s = max(deadline_s, float(shutdown))
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        for child in children:
+            process = child.process
+            assert process is not None
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not process.exited.wait(remaining):
+                process.kill(KILLED)
+            child.process = None
+            child.handle = None
+            self._report_shutdown(child, process)
+        self.children.clear()
+
+    def _remove(self, child: _Child) -> None:
+        if child in self.children:
+            self.children.remove(child)
+
+    def _find_key(self, key: Hashable) -> _Child | None:
+        for child in self.children:
+            if child.key == key:
+                return child
+        return None
+
+    # -- admin API (each a handle_call) -----------------------------------------------------
+
+    def _api_which_children(self) -> list[ChildInfo]:
+        return [child.info(self.dynamic) for child in self.children]
+
+    def _api_count_children(self) -> ChildCounts:
+        specs = len(self.children)
+        active = sum(1 for c in self.children if c.process is not None)
+        supervisors = sum(1 for c in self.children if c.spec.type == "supervisor")
+        return ChildCounts(specs, active, supervisors, specs - supervisors)
+
+    def _api_start_child(self, spec_or_args: Any) -> Handle | None:
+        if self.dynamic:
+            assert self.template is not None
+            if not isinstance(spec_or_args, tuple):
+                raise InvalidChildSpec(
+                    "args", f"simple_one_for_one takes a tuple of extra args, got {spec_or_args!r}"
+                )
+            child = _Child(next(self._keys), self.template, spec_or_args)
+        else:
+            spec = check_spec(spec_or_args, self.flags)
+            existing = self._find_key(spec.id)
+            if existing is not None:
+                if existing.process is not None:
+                    raise ChildAlreadyStarted(spec.id, existing.process.pid)
+                raise ChildAlreadyPresent(spec.id)
+            child = _Child(spec.id, spec)
+        outcome, reason = self._start(child)
+        if outcome == "error":
+            raise StartChildFailed(child.spec.id, reason) from _as_cause(reason)
+        if outcome == "ok" or (not self.dynamic and child.spec.restart != "temporary"):
+            self.children.append(child)
+        return child.handle
+
+    def _api_terminate_child(self, target: Any) -> None:
+        if self.dynamic:
+            child = self._dynamic_child(target)
+            self._shutdown(child)
+            self._remove(child)
+            return
+        if isinstance(target, Pid | Handle):
+            raise ChildNotFound(target)
+        child = self._static_child(target)
+        self._shutdown(child)
+        if child.spec.restart == "temporary":
+            self._remove(child)
+
+    def _api_restart_child(self, child_id: Hashable) -> Handle | None:
+        child = self._static_child(child_id, "restart_child")
+        if child.status == "restarting":
+            raise ChildRestarting(child_id)
+        if child.process is not None:
+            raise ChildRunning(child_id)
+        outcome, reason = self._start(child)
+        if outcome == "error":
+            raise StartChildFailed(child_id, reason) from _as_cause(reason)
+        return child.handle
+
+    def _api_delete_child(self, child_id: Hashable) -> None:
+        child = self._static_child(child_id, "delete_child")
+        if child.status == "restarting":
+            raise ChildRestarting(child_id)
+        if child.process is not None:
+            raise ChildRunning(child_id)
+        self._remove(child)
+
+    def _api_get_childspec(self, target: Any) -> ChildSpec:
+        if self.dynamic:
+            return self._dynamic_child(target).spec
+        return self._static_child(target).spec
+
+    def _api_subscribe(self, listener: Listener) -> None:
+        self.listeners.append(listener)
+
+    def _api_unsubscribe(self, listener: Listener) -> None:
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+
+    def _api_sync(self) -> None:
+        return None
+
+    def _static_child(self, child_id: Hashable, operation: str | None = None) -> _Child:
+        if self.dynamic:
+            raise SimpleOneForOneOnly(operation or "lookup by id")
+        child = self._find_key(child_id)
+        if child is None:
+            raise ChildNotFound(child_id)
+        return child
+
+    def _dynamic_child(self, target: Any) -> _Child:
+        pid = target.pid if isinstance(target, Handle) else target
+        if not isinstance(pid, Pid):
+            raise SimpleOneForOneOnly("terminate_child by id (give a pid or handle)")
+        child = self.by_pid.get(pid)
+        if child is None:
+            raise ChildNotFound(target)
+        return child
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def _label(self) -> str:
+        return self._process.name or repr(self._process.pid)
+
+    def _emit(self, kind: str, child: _Child | None, pid: Pid | None, reason: ExitReason) -> None:
+        child_id = None if child is None or self.dynamic else child.spec.id
+        event = SupervisorEvent(kind, self._label(), child_id, pid, reason)
+        level = logging.ERROR if kind == "exited" and not is_normal_exit(reason) else logging.INFO
+        logger.log(
+            level,
+            "supervisor %s: %s child=%r pid=%r reason=%r",
+            event.supervisor,
+            kind,
+            child_id,
+            pid,
+            reason,
+        )
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("supervisor %s: event listener %r failed", self._label(), listener)
+
+
+def _as_cause(reason: ExitReason) -> BaseException | None:
+    return reason if isinstance(reason, BaseException) else None
