@@ -342,7 +342,12 @@ def _calling_process(what: str) -> Process:
 
 def link(target: Handle) -> None:
     """Link the calling server to ``target`` (both die of the other's crash unless trapping)."""
-    _calling_process("link").link(target.resolve())
+    me = _calling_process("link")
+    process = target._process_or_none()
+    if process is None:
+        me.exit_signal(Pid(0), "noproc")
+    else:
+        me.link(process)
 
 
 def unlink(target: Handle) -> None:

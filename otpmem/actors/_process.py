@@ -320,10 +320,10 @@ class Process:
         # actor_stopped is left alone: the loop must still pick up a message to see the flag.
         self._shell.actor_inbox.put(_wake_envelope())
 
-    def exit_signal(self, source: Process, reason: ExitReason) -> None:
+    def exit_signal(self, source: Pid, reason: ExitReason) -> None:
         """A linked process exited: trap it as an ``Exit`` message, or die of it."""
         if self.trap_exits:
-            self.send(Exit(source.pid, reason))
+            self.send(Exit(source, reason))
         elif reason != NORMAL:
             self.signal_kill(reason)
 
@@ -367,7 +367,7 @@ class Process:
             watchers = list(self.watchers.items())
             self.watchers.clear()
         for partner in partners:
-            partner.exit_signal(self, reason)
+            partner.exit_signal(self.pid, reason)
         for ref, watcher in watchers:
             watcher.send(Down(ref, self.pid, reason))
         # Set last: whoever waits on `exited` finds the exit signals already in the mailboxes
@@ -392,7 +392,7 @@ class Process:
                 self.links.add(other)
                 other.links.add(self)
                 return
-        self.exit_signal(other, "noproc")
+        self.exit_signal(other.pid, "noproc")
 
     def unlink(self, other: Process) -> None:
         """Remove the link both ways; no exit signal will follow."""

@@ -321,7 +321,7 @@ class Supervisor(GenServer):
             if outcome == "ignore":
                 if self.dynamic or child.spec.restart == "temporary":
                     self._remove(child)
-            else:
+            elif outcome == "error":
                 # Retried through the mailbox, so admin calls and shutdown get in between
                 # attempts; each attempt counts against intensity (OTP's try_again_restart).
                 child.status = "restarting"
@@ -454,10 +454,12 @@ class Supervisor(GenServer):
         return [child.info(self.dynamic) for child in self.children]
 
     def _api_count_children(self) -> ChildCounts:
-        specs = len(self.children)
         active = sum(1 for c in self.children if c.process is not None)
         supervisors = sum(1 for c in self.children if c.spec.type == "supervisor")
-        return ChildCounts(specs, active, supervisors, specs - supervisors)
+        workers = len(self.children) - supervisors
+        # simple_one_for_one has one spec however many children it runs (OTP).
+        specs = 1 if self.dynamic else len(self.children)
+        return ChildCounts(specs, active, supervisors, workers)
 
     def _api_start_child(self, spec_or_args: Any) -> Handle | None:
         if self.dynamic:
