@@ -87,6 +87,11 @@ class _Shell(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         self.process._dispatch(message)
 
+    def on_stop(self) -> None:
+        # Only reached if someone stops the pykka actor directly (e.g. ActorRegistry.stop_all):
+        # it still exits through the one exit path, so links and supervisors hear of it.
+        self.process._exit("shutdown", run_terminate=True)
+
     def on_failure(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         # Unreachable while _dispatch catches everything; kept so no exit goes unreported.
         self.process._exit(exc, run_terminate=False)
