@@ -110,11 +110,3 @@ class NotInProcess(ActorError):
 
 class TableError(ActorError):
     """A table was used against its ownership rules, or after it was deleted."""
-
-
-class ExitSignal(BaseException):
-    """Raised into a handler to leave it with a chosen exit reason (see ``exit_self``)."""
-
-    def __init__(self, reason: ExitReason) -> None:
-        super().__init__(reason)
-        self.reason = reason

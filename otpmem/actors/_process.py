@@ -79,7 +79,6 @@ class _Shell(pykka.ThreadingActor):
     def __init__(self, process: Process) -> None:
         super().__init__()
         self.process = process
-        process._shell = self
 
     def on_start(self) -> None:
         self.process._run_init()
@@ -133,7 +132,9 @@ class Process:
         self._killed: ExitReason = None
         self._is_killed = False
         self._started = Slot()
-        self._shell: _Shell
+        # The mailbox exists before the name is registered, so a message sent by name in the
+        # window before init finishes is queued, as in OTP.
+        self._shell = _Shell(self)
         server._process = self
 
     def __repr__(self) -> str:
@@ -158,7 +159,9 @@ class Process:
                 # (otp_pykka.md §3.1); this hook runs before that join.
                 threading._register_atexit(_stop_all_at_exit)  # type: ignore[attr-defined]
                 _atexit_installed = True
-        _Shell.start(self)
+        # What pykka's Actor.start does, split so the actor exists before its name does.
+        pykka.ActorRegistry.register(self._shell.actor_ref)
+        self._shell._start_actor_loop()
         if not self._started.wait(timeout):
             self.kill(KILLED, grace=1.0)
             raise InitFailed(repr(self), f"init did not finish within {timeout} s")
@@ -384,6 +387,8 @@ class Process:
         try:
             if self.faults is not None:
                 self.faults._before_terminate(self)
+                if self._is_killed:
+                    return  # killed during the injected delay: a killed process runs nothing more
             self.server.terminate(reason)
         except BaseException:
             logger.exception("%r raised in terminate(%r)", self, reason)

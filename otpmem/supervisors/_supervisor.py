@@ -66,7 +66,7 @@ def _action(restart: str, reason: ExitReason) -> _Action:
 
 
 class _Child:
-    __slots__ = ("args", "handle", "key", "process", "spec", "status")
+    __slots__ = ("args", "handle", "key", "last_pid", "process", "spec", "status")
 
     def __init__(self, key: Hashable, spec: ChildSpec, args: tuple[Any, ...] = ()) -> None:
         self.key = key
@@ -74,6 +74,8 @@ class _Child:
         self.args = args
         self.handle: Handle | None = None
         self.process: Process | None = None
+        # Under simple_one_for_one a child stuck restarting is still addressed by its old pid.
+        self.last_pid: Pid | None = None
         self.status: Literal["running", "restarting", "undefined"] = "undefined"
 
     def info(self, dynamic: bool) -> ChildInfo:
@@ -250,11 +252,12 @@ class Supervisor(GenServer):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
-        op, *args = message
-        handler = getattr(self, f"_api_{op}", None)
+        if not (isinstance(message, tuple) and message and isinstance(message[0], str)):
+            raise SupervisorError(f"not a supervisor request: {message!r}")
+        handler = getattr(self, f"_api_{message[0]}", None)
         if handler is None:
-            raise SupervisorError(f"unknown supervisor request {op!r}")
-        return handler(*args)
+            raise SupervisorError(f"unknown supervisor request {message[0]!r}")
+        return handler(*message[1:])
 
     # -- exits and restarts -----------------------------------------------------------------
 
@@ -265,6 +268,7 @@ class Supervisor(GenServer):
         child.process = None
         child.handle = None
         child.status = "undefined"
+        child.last_pid = pid
         self._emit("exited", child, pid, reason)
         action = _action(child.spec.restart, reason)
         if action == "restart":
@@ -359,13 +363,14 @@ class Supervisor(GenServer):
             reason = TypeError(f"start of {child.spec.id!r} returned {handle!r}, not a Handle")
             self._emit("start_failed", child, None, reason)
             return "error", reason
-        try:
-            process = handle.resolve()
-        except Exception as exc:
-            self._emit("start_failed", child, None, exc)
-            return "error", exc
-        # A start function that did not link (e.g. used start()) is linked here; linking to a
-        # process that died meanwhile delivers an Exit with reason noproc.
+        process = handle._process_or_none()
+        if process is None:
+            reason = f"start of {child.spec.id!r} returned {handle!r}, which names no process"
+            self._emit("start_failed", child, None, reason)
+            return "error", reason
+        # A start function that did not link (e.g. used start()) is linked here. A child that
+        # died already counts as started (OTP's {ok, Pid}): its exit, or the noproc this link
+        # delivers, arrives next and is handled as any exit.
         self._process.link(process)
         child.process = process
         child.handle = handle
@@ -544,6 +549,10 @@ class Supervisor(GenServer):
         if not isinstance(pid, Pid):
             raise SimpleOneForOneOnly("terminate_child by id (give a pid or handle)")
         child = self.by_pid.get(pid)
+        if child is None:
+            child = next(
+                (c for c in self.children if c.status == "restarting" and c.last_pid == pid), None
+            )
         if child is None:
             raise ChildNotFound(target)
         return child
