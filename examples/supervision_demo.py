@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from otpmem.actors import GenServer, faults
+from otpmem.actors import GenServer, NoProcess, ServerExited, faults
 from otpmem.supervisors import ChildSpec, Supervisor, SupervisorEvent
 
 
@@ -78,7 +78,7 @@ def main() -> None:
         if sup.alive:
             try:
                 sup.sync()
-            except Exception:  # noqa: BLE001 - it may exit while we ask
+            except (NoProcess, ServerExited):  # it may exit while we ask
                 break
     gone.wait(5.0)
     print(f"  supervisor alive: {sup.alive}, exit reason: {sup.exit_reason!r}")
