@@ -1,7 +1,7 @@
 """The supervisor: OTP's restart state machine as a GenServer that traps exits.
 
-The whole policy is two tables: ``_ACTION`` maps (restart type, exit reason) to what happens,
-and the strategy decides which siblings go down and come back with the crashed child.
+The whole policy is two decisions: ``_action`` maps (restart type, exit reason) to what
+happens, and the strategy decides which siblings go down and come back with the crashed child.
 """
 
 from __future__ import annotations
@@ -14,20 +14,17 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Literal
 
 from ..actors import (
-    KILLED,
-    NORMAL,
     SHUTDOWN,
     Exit,
     ExitReason,
     GenServer,
     Handle,
     Pid,
-    StartIgnored,
     Stop,
     is_normal_exit,
-    is_shutdown,
 )
-from ..actors._process import Process, current
+from ..actors._process import current
+from ._children import Child, Children
 from ._handle import SupervisorHandle
 from ._spec import (
     ChildAlreadyPresent,
@@ -63,29 +60,6 @@ def _action(restart: str, reason: ExitReason) -> _Action:
             return "keep" if is_normal_exit(reason) else "restart"
         case _:
             return "delete"
-
-
-class _Child:
-    __slots__ = ("args", "handle", "key", "last_pid", "process", "spec", "status")
-
-    def __init__(self, key: Hashable, spec: ChildSpec, args: tuple[Any, ...] = ()) -> None:
-        self.key = key
-        self.spec = spec
-        self.args = args
-        self.handle: Handle | None = None
-        self.process: Process | None = None
-        # Under simple_one_for_one a child stuck restarting is still addressed by its old pid.
-        self.last_pid: Pid | None = None
-        self.status: Literal["running", "restarting", "undefined"] = "undefined"
-
-    def info(self, dynamic: bool) -> ChildInfo:
-        return ChildInfo(
-            None if dynamic else self.spec.id,
-            None if self.process is None else self.process.pid,
-            self.handle if self.process is not None else None,
-            self.spec.type,
-            self.status,
-        )
 
 
 class _TryAgain:
@@ -212,32 +186,24 @@ class Supervisor(GenServer):
         self.clock = clock
         self.listeners = listeners
         self.restarts: deque[float] = deque()
-        self.children: list[_Child] = []
-        self.by_pid: dict[Pid, _Child] = {}
         self.dynamic = flags.strategy == "simple_one_for_one"
+        self.kids = Children(self._process, self.dynamic, self._emit, self._label)
         self.template = specs[0] if self.dynamic else None
         self._keys = itertools.count()
         if self.dynamic:
             return
         for spec in specs:
-            child = _Child(spec.id, spec)
-            outcome, reason = self._start(child)
+            child = Child(spec.id, spec)
+            outcome, reason = self.kids.start(child)
             if outcome == "error":
-                self._terminate_all()
+                self.kids.terminate_all()
                 raise StartChildFailed(spec.id, reason) from _as_cause(reason)
             if outcome == "ok" or spec.restart != "temporary":
-                self.children.append(child)
+                self.kids.items.append(child)
 
     def terminate(self, reason: ExitReason) -> None:
-        self._terminate_all()
+        self.kids.terminate_all()
         self._emit("shutdown", None, None, reason)
-
-    def _terminate_all(self) -> None:
-        if self.dynamic:
-            self._terminate_dynamic()
-            return
-        for child in reversed(self.children):
-            self._shutdown(child)
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -245,7 +211,7 @@ class Supervisor(GenServer):
         if isinstance(message, Exit):
             return self._child_exited(message.pid, message.reason)
         if isinstance(message, _TryAgain):
-            child = self._find_key(message.key)
+            child = self.kids.find(message.key)
             if child is not None and child.status == "restarting":
                 return self._restart(child)
             return None
@@ -262,7 +228,7 @@ class Supervisor(GenServer):
     # -- exits and restarts -----------------------------------------------------------------
 
     def _child_exited(self, pid: Pid, reason: ExitReason) -> Any:
-        child = self.by_pid.pop(pid, None)
+        child = self.kids.by_pid.pop(pid, None)
         if child is None:
             return None  # a stale exit: that incarnation was already terminated by us
         child.process = None
@@ -274,7 +240,7 @@ class Supervisor(GenServer):
         if action == "restart":
             return self._restart(child)
         if action == "delete" or self.dynamic:
-            self._remove(child)
+            self.kids.remove(child)
         if child.spec.significant and self._should_auto_shutdown():
             self._emit("auto_shutdown", child, pid, reason)
             return Stop(SHUTDOWN)
@@ -285,10 +251,10 @@ class Supervisor(GenServer):
         if mode == "any_significant":
             return True
         if mode == "all_significant":
-            return not any(c.spec.significant and c.process is not None for c in self.children)
+            return not any(c.spec.significant and c.process is not None for c in self.kids.items)
         return False
 
-    def _restart(self, child: _Child) -> Any:
+    def _restart(self, child: Child) -> Any:
         if not self._add_restart():
             logger.error(
                 "supervisor %s reached max restart intensity (%d in %s s) restarting %r; "
@@ -300,31 +266,31 @@ class Supervisor(GenServer):
             )
             self._emit("max_intensity", child, None, None)
             if not self.dynamic:
-                self._remove(child)
+                self.kids.remove(child)
             return Stop(SHUTDOWN)
         strategy = self.flags.strategy
         if strategy in ("one_for_one", "simple_one_for_one"):
             self._restart_from([child])
         elif strategy == "one_for_all":
-            for other in reversed(self.children):
+            for other in reversed(self.kids.items):
                 if other is not child:
                     self._shutdown_bystander(other)
-            self._restart_from([c for c in self.children if c.spec.restart != "temporary"])
+            self._restart_from([c for c in self.kids.items if c.spec.restart != "temporary"])
         else:
-            tail = self.children[self.children.index(child) + 1 :]
+            tail = self.kids.items[self.kids.items.index(child) + 1 :]
             for other in reversed(tail):
                 self._shutdown_bystander(other)
-            self._restart_from(self.children[self.children.index(child) :])
+            self._restart_from(self.kids.items[self.kids.items.index(child) :])
         return None
 
-    def _restart_from(self, round_: list[_Child]) -> None:
+    def _restart_from(self, round_: list[Child]) -> None:
         for child in round_:
             if child.process is not None:
                 continue
-            outcome, _ = self._start(child, "restarted")
+            outcome, _ = self.kids.start(child, "restarted")
             if outcome == "ignore":
                 if self.dynamic or child.spec.restart == "temporary":
-                    self._remove(child)
+                    self.kids.remove(child)
             elif outcome == "error":
                 # Retried through the mailbox, so admin calls and shutdown get in between
                 # attempts; each attempt counts against intensity (OTP's try_again_restart).
@@ -340,130 +306,22 @@ class Supervisor(GenServer):
             self.restarts.popleft()
         return len(self.restarts) <= self.flags.intensity
 
-    def _shutdown_bystander(self, child: _Child) -> None:
-        self._shutdown(child)
+    def _shutdown_bystander(self, child: Child) -> None:
+        self.kids.shutdown(child)
         if child.spec.restart == "temporary":
-            self._remove(child)
-
-    # -- starting and stopping children -----------------------------------------------------
-
-    def _start(self, child: _Child, event: str = "started") -> tuple[str, ExitReason]:
-        """Run the child's start function: ("ok"|"ignore"|"error", reason)."""
-        try:
-            handle = child.spec.start(*child.args)
-        except StartIgnored:
-            handle = None
-        except Exception as exc:
-            self._emit("start_failed", child, None, exc)
-            return "error", exc
-        if handle is None:
-            child.status = "undefined"
-            return "ignore", None
-        if not isinstance(handle, Handle):
-            reason = TypeError(f"start of {child.spec.id!r} returned {handle!r}, not a Handle")
-            self._emit("start_failed", child, None, reason)
-            return "error", reason
-        process = handle._process_or_none()
-        if process is None:
-            reason = f"start of {child.spec.id!r} returned {handle!r}, which names no process"
-            self._emit("start_failed", child, None, reason)
-            return "error", reason
-        # A start function that did not link (e.g. used start()) is linked here. A child that
-        # died already counts as started (OTP's {ok, Pid}): its exit, or the noproc this link
-        # delivers, arrives next and is handled as any exit.
-        self._process.link(process)
-        child.process = process
-        child.handle = handle
-        child.status = "running"
-        self.by_pid[process.pid] = child
-        self._emit(event, child, process.pid, None)
-        return "ok", None
-
-    def _shutdown(self, child: _Child) -> None:
-        """Stop one child as OTP's ``shutdown/2``: orderly with a timeout, then kill."""
-        process = child.process
-        child.status = "undefined"
-        if process is None:
-            return
-        self.by_pid.pop(process.pid, None)
-        child.process = None
-        child.handle = None
-        shutdown = child.spec.shutdown
-        if shutdown == "brutal_kill":
-            process.kill(KILLED)
-        elif process.request_stop(SHUTDOWN):
-            if not process.exited.wait(shutdown):
-                process.kill(KILLED)
-        else:
-            process.exited.wait(shutdown if isinstance(shutdown, float | int) else None)
-        self._report_shutdown(child, process)
-
-    def _report_shutdown(self, child: _Child, process: Process) -> None:
-        reason = process.exit_reason
-        expected = is_shutdown(reason) or (
-            child.spec.shutdown == "brutal_kill" and reason == KILLED
-        )
-        if child.spec.restart != "permanent" and reason == NORMAL:
-            expected = True
-        self._emit("terminated", child, process.pid, reason)
-        if not expected:
-            logger.error(
-                "supervisor %s: child %r did not shut down cleanly: %r",
-                self._label(),
-                child.spec.id,
-                reason,
-            )
-            self._emit("shutdown_error", child, process.pid, reason)
-
-    def _terminate_dynamic(self) -> None:
-        # simple_one_for_one stops all at once against one deadline, as OTP does.
-        children = [c for c in self.children if c.process is not None]
-        deadline_s: float | None = 0.0
-        for child in children:
-            assert child.process is not None
-            self.by_pid.pop(child.process.pid, None)
-            if child.spec.shutdown == "brutal_kill":
-                child.process.signal_kill(KILLED)
-            else:
-                child.process.request_stop(SHUTDOWN)
-            shutdown = child.spec.shutdown
-            if shutdown is None:
-                deadline_s = None
-            elif deadline_s is not None and isinstance(shutdown, int | float):
-                deadline_s = max(deadline_s, float(shutdown))
-        deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        for child in children:
-            process = child.process
-            assert process is not None
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not process.exited.wait(remaining):
-                process.kill(KILLED)
-            child.process = None
-            child.handle = None
-            self._report_shutdown(child, process)
-        self.children.clear()
-
-    def _remove(self, child: _Child) -> None:
-        if child in self.children:
-            self.children.remove(child)
-
-    def _find_key(self, key: Hashable) -> _Child | None:
-        for child in self.children:
-            if child.key == key:
-                return child
-        return None
+            self.kids.remove(child)
 
     # -- admin API (each a handle_call) -----------------------------------------------------
 
     def _api_which_children(self) -> list[ChildInfo]:
-        return [child.info(self.dynamic) for child in self.children]
+        return [child.info(self.dynamic) for child in self.kids.items]
 
     def _api_count_children(self) -> ChildCounts:
-        active = sum(1 for c in self.children if c.process is not None)
-        supervisors = sum(1 for c in self.children if c.spec.type == "supervisor")
-        workers = len(self.children) - supervisors
+        active = sum(1 for c in self.kids.items if c.process is not None)
+        supervisors = sum(1 for c in self.kids.items if c.spec.type == "supervisor")
+        workers = len(self.kids.items) - supervisors
         # simple_one_for_one has one spec however many children it runs (OTP).
-        specs = 1 if self.dynamic else len(self.children)
+        specs = 1 if self.dynamic else len(self.kids.items)
         return ChildCounts(specs, active, supervisors, workers)
 
     def _api_start_child(self, spec_or_args: Any) -> Handle | None:
@@ -473,34 +331,34 @@ class Supervisor(GenServer):
                 raise InvalidChildSpec(
                     "args", f"simple_one_for_one takes a tuple of extra args, got {spec_or_args!r}"
                 )
-            child = _Child(next(self._keys), self.template, spec_or_args)
+            child = Child(next(self._keys), self.template, spec_or_args)
         else:
             spec = check_spec(spec_or_args, self.flags)
-            existing = self._find_key(spec.id)
+            existing = self.kids.find(spec.id)
             if existing is not None:
                 if existing.process is not None:
                     raise ChildAlreadyStarted(spec.id, existing.process.pid)
                 raise ChildAlreadyPresent(spec.id)
-            child = _Child(spec.id, spec)
-        outcome, reason = self._start(child)
+            child = Child(spec.id, spec)
+        outcome, reason = self.kids.start(child)
         if outcome == "error":
             raise StartChildFailed(child.spec.id, reason) from _as_cause(reason)
         if outcome == "ok" or (not self.dynamic and child.spec.restart != "temporary"):
-            self.children.append(child)
+            self.kids.items.append(child)
         return child.handle
 
     def _api_terminate_child(self, target: Any) -> None:
         if self.dynamic:
             child = self._dynamic_child(target)
-            self._shutdown(child)
-            self._remove(child)
+            self.kids.shutdown(child)
+            self.kids.remove(child)
             return
         if isinstance(target, Pid | Handle):
             raise ChildNotFound(target)
         child = self._static_child(target)
-        self._shutdown(child)
+        self.kids.shutdown(child)
         if child.spec.restart == "temporary":
-            self._remove(child)
+            self.kids.remove(child)
 
     def _api_restart_child(self, child_id: Hashable) -> Handle | None:
         child = self._static_child(child_id, "restart_child")
@@ -508,7 +366,7 @@ class Supervisor(GenServer):
             raise ChildRestarting(child_id)
         if child.process is not None:
             raise ChildRunning(child_id)
-        outcome, reason = self._start(child)
+        outcome, reason = self.kids.start(child)
         if outcome == "error":
             raise StartChildFailed(child_id, reason) from _as_cause(reason)
         return child.handle
@@ -519,7 +377,7 @@ class Supervisor(GenServer):
             raise ChildRestarting(child_id)
         if child.process is not None:
             raise ChildRunning(child_id)
-        self._remove(child)
+        self.kids.remove(child)
 
     def _api_get_childspec(self, target: Any) -> ChildSpec:
         if self.dynamic:
@@ -536,22 +394,22 @@ class Supervisor(GenServer):
     def _api_sync(self) -> None:
         return None
 
-    def _static_child(self, child_id: Hashable, operation: str | None = None) -> _Child:
+    def _static_child(self, child_id: Hashable, operation: str | None = None) -> Child:
         if self.dynamic:
             raise SimpleOneForOneOnly(operation or "lookup by id")
-        child = self._find_key(child_id)
+        child = self.kids.find(child_id)
         if child is None:
             raise ChildNotFound(child_id)
         return child
 
-    def _dynamic_child(self, target: Any) -> _Child:
+    def _dynamic_child(self, target: Any) -> Child:
         pid = target.pid if isinstance(target, Handle) else target
         if not isinstance(pid, Pid):
             raise SimpleOneForOneOnly("terminate_child by id (give a pid or handle)")
-        child = self.by_pid.get(pid)
+        child = self.kids.by_pid.get(pid)
         if child is None:
             child = next(
-                (c for c in self.children if c.status == "restarting" and c.last_pid == pid), None
+                (c for c in self.kids.items if c.status == "restarting" and c.last_pid == pid), None
             )
         if child is None:
             raise ChildNotFound(target)
@@ -562,7 +420,7 @@ class Supervisor(GenServer):
     def _label(self) -> str:
         return self._process.name or repr(self._process.pid)
 
-    def _emit(self, kind: str, child: _Child | None, pid: Pid | None, reason: ExitReason) -> None:
+    def _emit(self, kind: str, child: Child | None, pid: Pid | None, reason: ExitReason) -> None:
         child_id = None if child is None or self.dynamic else child.spec.id
         event = SupervisorEvent(kind, self._label(), child_id, pid, reason)
         level = logging.ERROR if kind == "exited" and not is_normal_exit(reason) else logging.INFO

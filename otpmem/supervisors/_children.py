@@ -1,0 +1,179 @@
+"""A supervisor's children: their bookkeeping, and OTP's start and shutdown of one child.
+
+Policy (which child to restart, when to give up) lives in ``_supervisor``; this module only
+knows how to start a child, how to stop one (orderly with a timeout, then kill), and where
+each child stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, Literal
+
+from ..actors import (
+    KILLED,
+    NORMAL,
+    SHUTDOWN,
+    ExitReason,
+    Handle,
+    Pid,
+    StartIgnored,
+    is_shutdown,
+)
+from ..actors._process import Process
+from ._spec import ChildInfo, ChildSpec
+
+logger = logging.getLogger("otpmem.supervisor")
+
+Emit = Callable[[str, "Child | None", "Pid | None", ExitReason], None]
+"""How children report: emit(kind, child, pid, reason)."""
+
+
+class Child:
+    __slots__ = ("args", "handle", "key", "last_pid", "process", "spec", "status")
+
+    def __init__(self, key: Hashable, spec: ChildSpec, args: tuple[Any, ...] = ()) -> None:
+        self.key = key
+        self.spec = spec
+        self.args = args
+        self.handle: Handle | None = None
+        self.process: Process | None = None
+        # Under simple_one_for_one a child stuck restarting is still addressed by its old pid.
+        self.last_pid: Pid | None = None
+        self.status: Literal["running", "restarting", "undefined"] = "undefined"
+
+    def info(self, dynamic: bool) -> ChildInfo:
+        return ChildInfo(
+            None if dynamic else self.spec.id,
+            None if self.process is None else self.process.pid,
+            self.handle if self.process is not None else None,
+            self.spec.type,
+            self.status,
+        )
+
+
+class Children:
+    """Every child of one supervisor, in start order, with a pid index."""
+
+    def __init__(self, owner: Process, dynamic: bool, emit: Emit, label: Callable[[], str]) -> None:
+        self.owner = owner
+        self.dynamic = dynamic
+        self.items: list[Child] = []
+        self.by_pid: dict[Pid, Child] = {}
+        self.emit = emit
+        self.label = label
+
+    def terminate_all(self) -> None:
+        if self.dynamic:
+            self._terminate_dynamic()
+            return
+        for child in reversed(self.items):
+            self.shutdown(child)
+
+    def start(self, child: Child, event: str = "started") -> tuple[str, ExitReason]:
+        """Run the child's start function: ("ok"|"ignore"|"error", reason)."""
+        try:
+            handle = child.spec.start(*child.args)
+        except StartIgnored:
+            handle = None
+        except Exception as exc:
+            self.emit("start_failed", child, None, exc)
+            return "error", exc
+        if handle is None:
+            child.status = "undefined"
+            return "ignore", None
+        if not isinstance(handle, Handle):
+            reason = TypeError(f"start of {child.spec.id!r} returned {handle!r}, not a Handle")
+            self.emit("start_failed", child, None, reason)
+            return "error", reason
+        process = handle._process_or_none()
+        if process is None:
+            reason = f"start of {child.spec.id!r} returned {handle!r}, which names no process"
+            self.emit("start_failed", child, None, reason)
+            return "error", reason
+        # A start function that did not link (e.g. used start()) is linked here. A child that
+        # died already counts as started (OTP's {ok, Pid}): its exit, or the noproc this link
+        # delivers, arrives next and is handled as any exit.
+        self.owner.link(process)
+        child.process = process
+        child.handle = handle
+        child.status = "running"
+        self.by_pid[process.pid] = child
+        self.emit(event, child, process.pid, None)
+        return "ok", None
+
+    def shutdown(self, child: Child) -> None:
+        """Stop one child as OTP's ``shutdown/2``: orderly with a timeout, then kill."""
+        process = child.process
+        child.status = "undefined"
+        if process is None:
+            return
+        self.by_pid.pop(process.pid, None)
+        child.process = None
+        child.handle = None
+        shutdown = child.spec.shutdown
+        if shutdown == "brutal_kill":
+            process.kill(KILLED)
+        elif process.request_stop(SHUTDOWN):
+            if not process.exited.wait(shutdown):
+                process.kill(KILLED)
+        else:
+            process.exited.wait(shutdown if isinstance(shutdown, float | int) else None)
+        self._report_shutdown(child, process)
+
+    def _report_shutdown(self, child: Child, process: Process) -> None:
+        reason = process.exit_reason
+        expected = is_shutdown(reason) or (
+            child.spec.shutdown == "brutal_kill" and reason == KILLED
+        )
+        if child.spec.restart != "permanent" and reason == NORMAL:
+            expected = True
+        self.emit("terminated", child, process.pid, reason)
+        if not expected:
+            logger.error(
+                "supervisor %s: child %r did not shut down cleanly: %r",
+                self.label(),
+                child.spec.id,
+                reason,
+            )
+            self.emit("shutdown_error", child, process.pid, reason)
+
+    def _terminate_dynamic(self) -> None:
+        # simple_one_for_one stops all at once against one deadline, as OTP does.
+        children = [c for c in self.items if c.process is not None]
+        deadline_s: float | None = 0.0
+        for child in children:
+            assert child.process is not None
+            self.by_pid.pop(child.process.pid, None)
+            if child.spec.shutdown == "brutal_kill":
+                child.process.signal_kill(KILLED)
+            else:
+                child.process.request_stop(SHUTDOWN)
+            shutdown = child.spec.shutdown
+            if shutdown is None:
+                deadline_s = None
+            elif deadline_s is not None and isinstance(shutdown, int | float):
+                deadline_s = max(deadline_s, float(shutdown))
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        for child in children:
+            process = child.process
+            assert process is not None
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not process.exited.wait(remaining):
+                process.kill(KILLED)
+            child.process = None
+            child.handle = None
+            self._report_shutdown(child, process)
+        self.items.clear()
+
+    def remove(self, child: Child) -> None:
+        if child in self.items:
+            self.items.remove(child)
+
+    def find(self, key: Hashable) -> Child | None:
+        for child in self.items:
+            if child.key == key:
+                return child
+        return None
