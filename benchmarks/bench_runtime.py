@@ -315,7 +315,7 @@ def bench_restart(quick: bool) -> list[str]:
         ]
         ok = p50 <= RESTART_P50_GOAL_MS and p99 <= RESTART_P99_GOAL_MS
         goal = (
-            "informational: a spinning client keeps the GIL for the 5 ms switch interval"
+            "informational: a spinning client keeps the GIL for the 5 ms switch interval)"
             if mode == "spin"
             else f"goal p50 <= {RESTART_P50_GOAL_MS:g}, p99 <= {RESTART_P99_GOAL_MS:g}) -> "
             f"{verdict(ok)}"
