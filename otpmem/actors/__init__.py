@@ -34,7 +34,7 @@ from ._genserver import (
     unlink,
 )
 from ._names import registered
-from ._process import live_processes, stop_all
+from ._process import live_processes, on_exit, stop_all
 from ._signals import Down, Exit, Pid, TableTransfer
 from ._tables import Table, TableKeeper, claim_table, give_away, new_table, set_heir
 
@@ -74,6 +74,7 @@ __all__ = [
     "live_processes",
     "monitor",
     "new_table",
+    "on_exit",
     "register",
     "registered",
     "reply",

@@ -287,6 +287,11 @@ class GenServer:
             raise RuntimeError("caller() is only meaningful inside handle_call")
         return ReplyTo(self._process, envelope.slot, envelope.caller)
 
+    @classmethod
+    def named(cls, name: str) -> Any:
+        """A client handle (of ``handle_class``) that finds the server by name at every use."""
+        return cls.handle_class.named(name)
+
     # -- starting ---------------------------------------------------------------------------
 
     @classmethod

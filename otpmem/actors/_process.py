@@ -13,6 +13,7 @@ import itertools
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pykka
@@ -58,6 +59,20 @@ def current() -> Process | None:
 def next_monitor_ref() -> int:
     """A fresh monitor reference."""
     return next(_monitor_refs)
+
+
+def on_exit(cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` when the calling server exits, however it exits (kill included).
+
+    Cleanups run newest first, before the process's tables and name are released and
+    before anyone is told of the exit: the place to close files and databases.
+    """
+    process = current()
+    if process is None:
+        from ._errors import NotInProcess
+
+        raise NotInProcess("on_exit")
+    process.cleanups.append(cleanup)
 
 
 def live_processes() -> list[Process]:
@@ -117,6 +132,7 @@ class Process:
         self.exited = threading.Event()
         self.exit_reason: ExitReason = None
         self.tables: list[Table[Any, Any]] = []
+        self.cleanups: list[Callable[[], None]] = []
         self.links: set[Process] = set()
         self.watchers: dict[int, Process] = {}  # monitor ref -> the process watching us
         self.pending: set[Slot] = set()
@@ -355,6 +371,12 @@ class Process:
             if self._is_killed:
                 reason = self._killed  # a kill overrides the reason of an exit in progress
         pykka.ActorRegistry.unregister(self._shell.actor_ref)
+        while self.cleanups:
+            cleanup = self.cleanups.pop()
+            try:
+                cleanup()
+            except Exception:
+                logger.exception("%r: exit cleanup %r failed", self, cleanup)
         from ._tables import release_tables
 
         release_tables(self)

@@ -1,0 +1,284 @@
+"""The message shape, its validation, and conversation keys.
+
+A message is a plain ``dict`` in the OpenAI chat shape::
+
+    {"role": "user", "content": "hi"}
+    {"role": "assistant", "content": None,
+     "tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "lookup", "arguments": "{\\"q\\": 1}"}}]}
+    {"role": "tool", "tool_call_id": "c1", "content": "42"}
+
+plus optional ``name`` and ``metadata`` (a dict). Every value must be JSON-like (dict with
+str keys, list, str, int, float, bool, None), so that what is added is what is read back
+from any store, msgpack or JSON: equal dicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple, NoReturn
+
+ROLES = ("system", "user", "assistant", "tool")
+FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata")
+MAX_DEPTH = 32
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
+
+
+class InvalidMessage(ValueError):
+    """A message (or a batch) is malformed; ``index`` and ``field`` say where."""
+
+    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None) -> None:
+        where = []
+        if index is not None:
+            where.append(f"message {index}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {reason}" if prefix else reason)
+        self.index = index
+        self.field = field
+        self.reason = reason
+
+
+class Conv(NamedTuple):
+    """The key of a conversation: who it belongs to (None: nobody) and its id."""
+
+    user_id: str | None
+    conversation_id: str
+
+
+ConvLike = Conv | str
+"""A ``Conv``, or a plain str meaning ``Conv(None, s)``."""
+
+
+def as_conv(conv: object) -> Conv:
+    """Normalise a ``Conv`` or a str into a ``Conv``; ``TypeError``/``ValueError`` otherwise."""
+    if type(conv) is str:
+        if not conv:
+            raise ValueError("a conversation id must be a non-empty str")
+        return Conv(None, conv)
+    if isinstance(conv, Conv):
+        user_id, conversation_id = conv
+        if not isinstance(conversation_id, str) or not conversation_id:
+            raise ValueError(
+                f"Conv.conversation_id must be a non-empty str, got {conversation_id!r}"
+            )
+        if user_id is not None and (not isinstance(user_id, str) or not user_id):
+            raise ValueError(f"Conv.user_id must be None or a non-empty str, got {user_id!r}")
+        return conv
+    raise TypeError(f"a conversation is a Conv or a str, got {type(conv).__name__}: {conv!r}")
+
+
+def check_user_id(user_id: object) -> str | None:
+    """Return ``user_id`` if it is None or a non-empty str, else raise ``ValueError``."""
+    if user_id is None or (isinstance(user_id, str) and user_id):
+        return user_id
+    raise ValueError(f"user_id must be None or a non-empty str, got {user_id!r}")
+
+
+class FrozenDict(dict[str, Any]):
+    """A dict that refuses mutation: how stores share a message without copying it.
+
+    It compares equal to a plain dict; ``copy.deepcopy`` or ``thaw`` gives a mutable one.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("stored messages are read-only; copy with otpmem.messages.thaw(m)")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (thaw(self),))
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = thaw(self)
+        return result
+
+
+class FrozenList(list[Any]):
+    """A list that refuses mutation (see ``FrozenDict``)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("stored messages are read-only; copy with otpmem.messages.thaw(m)")
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = _refuse
+    clear = reverse = sort = _refuse
+    __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (thaw(self),))
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        result: list[Any] = thaw(self)
+        return result
+
+
+def thaw(value: Any) -> Any:
+    """A mutable deep copy of a (possibly frozen) message or value."""
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _fail(reason: str, index: int | None, field: str | None) -> NoReturn:
+    raise InvalidMessage(reason, index=index, field=field)
+
+
+def _freeze_value(value: Any, index: int | None, field: str, depth: int) -> Any:
+    """Check that ``value`` is JSON-like and return a frozen deep copy of it."""
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return value
+    if kind is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            _fail(f"integer {value} does not fit in 64 bits", index, field)
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            _fail(f"{value!r} is not a finite number (JSON cannot carry it)", index, field)
+        return value
+    if depth >= MAX_DEPTH:
+        _fail(f"nested deeper than {MAX_DEPTH} levels", index, field)
+    if isinstance(value, dict):
+        frozen: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                _fail(f"dict keys must be str, got {type(key).__name__} {key!r}", index, field)
+            frozen[key] = _freeze_value(item, index, f"{field}.{key}", depth + 1)
+        return FrozenDict(frozen)
+    if isinstance(value, list):
+        return FrozenList(
+            [_freeze_value(item, index, f"{field}[{i}]", depth + 1) for i, item in enumerate(value)]
+        )
+    _fail(
+        f"{kind.__name__} is not storable: use dict, list, str, int, float, bool or None",
+        index,
+        field,
+    )
+
+
+def _check_content(message: Mapping[str, Any], role: str, index: int | None) -> None:
+    content = message.get("content")
+    if content is None:
+        if role == "assistant" and message.get("tool_calls"):
+            return
+        if role == "assistant":
+            _fail("an assistant message needs content or tool_calls", index, "content")
+        _fail(f"a {role} message needs content (a str or a list of parts)", index, "content")
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        _fail(
+            f"must be a str, None or a list of parts, got {type(content).__name__}",
+            index,
+            "content",
+        )
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            _fail(f"part {i} must be a dict with a str 'type'", index, "content")
+
+
+def _check_tool_calls(calls: Any, role: str, index: int | None) -> None:
+    if role != "assistant":
+        _fail(f"only assistant messages carry tool_calls, not {role}", index, "tool_calls")
+    if not isinstance(calls, list):
+        _fail(f"must be a list, got {type(calls).__name__}", index, "tool_calls")
+    seen: set[str] = set()
+    for i, call in enumerate(calls):
+        where = f"tool_calls[{i}]"
+        if not isinstance(call, dict):
+            _fail("must be a dict", index, where)
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            _fail("'id' must be a non-empty str", index, f"{where}.id")
+        if call_id in seen:
+            _fail(f"duplicate tool call id {call_id!r}", index, f"{where}.id")
+        seen.add(call_id)
+        if call.get("type") != "function":
+            _fail(f"'type' must be 'function', got {call.get('type')!r}", index, f"{where}.type")
+        function = call.get("function")
+        if not isinstance(function, dict):
+            _fail("must be a dict with name and arguments", index, f"{where}.function")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            _fail("must be a non-empty str", index, f"{where}.function.name")
+        if not isinstance(function.get("arguments"), str):
+            _fail("must be a str (JSON text)", index, f"{where}.function.arguments")
+
+
+def validate(message: Any, index: int | None = None) -> dict[str, Any]:
+    """Return ``message`` if well formed; else raise ``InvalidMessage`` naming the field."""
+    freeze(message, index)
+    result: dict[str, Any] = message
+    return result
+
+
+def freeze(message: Any, index: int | None = None) -> FrozenDict:
+    """Validate ``message`` and return a read-only deep copy of it (what stores keep)."""
+    if not isinstance(message, dict):
+        _fail(f"a message is a dict, got {type(message).__name__}", index, None)
+    for key in message:
+        if key not in FIELDS:
+            _fail(f"unknown field; a message has only {', '.join(FIELDS)}", index, str(key))
+    role = message.get("role")
+    if role not in ROLES:
+        _fail(f"must be one of {', '.join(ROLES)}, got {role!r}", index, "role")
+    _check_content(message, role, index)
+    if "tool_calls" in message and message["tool_calls"] is not None:
+        _check_tool_calls(message["tool_calls"], role, index)
+    tool_call_id = message.get("tool_call_id")
+    if role == "tool":
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            _fail("a tool message needs the non-empty str id of its call", index, "tool_call_id")
+    elif "tool_call_id" in message:
+        _fail(f"only tool messages carry tool_call_id, not {role}", index, "tool_call_id")
+    if "name" in message and not isinstance(message["name"], str):
+        _fail(f"must be a str, got {type(message['name']).__name__}", index, "name")
+    if "metadata" in message and not isinstance(message["metadata"], dict):
+        _fail(f"must be a dict, got {type(message['metadata']).__name__}", index, "metadata")
+    frozen: FrozenDict = _freeze_value(message, index, "message", 0)
+    return frozen
+
+
+def freeze_batch(messages: Any) -> list[FrozenDict]:
+    """Validate a whole batch before anything is written; return the frozen messages."""
+    if isinstance(messages, dict | str | bytes) or not isinstance(messages, Iterable):
+        raise InvalidMessage(
+            f"a batch is a list of messages, got {type(messages).__name__}", index=None
+        )
+    # A FrozenDict was validated when it was frozen (e.g. read back from a store).
+    return [m if type(m) is FrozenDict else freeze(m, i) for i, m in enumerate(messages)]
+
+
+def validate_batch(messages: Any) -> list[dict[str, Any]]:
+    """Validate a whole batch; return it as a list (of the caller's own dicts)."""
+    freeze_batch(messages)
+    return list(messages)
+
+
+def text_of(message: Mapping[str, Any]) -> str:
+    """The text of a message: its str content, or its text parts joined by newlines."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""

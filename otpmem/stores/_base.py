@@ -1,0 +1,224 @@
+"""What every store shares: the ChatMemory protocol, errors, export format and search."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ..messages import (
+    Conv,
+    ConvLike,
+    FrozenDict,
+    InvalidMessage,
+    as_conv,
+    check_user_id,
+    freeze_batch,
+    text_of,
+)
+
+EXPORT_FORMAT = "otpmem.export"
+EXPORT_VERSION = 1
+
+
+class StoreError(Exception):
+    """A store cannot do what was asked; the message says why and what to do."""
+
+
+class StoreLocked(StoreError):
+    """Another process (or a zombie incarnation) holds the LevelDB directory's lock."""
+
+
+class StoreCorrupt(StoreError):
+    """The LevelDB directory is damaged; ``plyvel.repair_db(path)`` may recover it."""
+
+
+class StoreUnavailable(StoreError):
+    """The store's directory cannot be opened (missing, not a directory, no permission)."""
+
+
+@runtime_checkable
+class ChatMemory(Protocol):
+    """Storage of conversations: append, read back, forget. No policy lives here."""
+
+    def add(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``messages`` (validated as a whole first); returns once they are stored."""
+
+    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
+        """The conversation oldest first; ``last=n``: only the newest n, read without the rest."""
+
+    def clear(self, conv: ConvLike) -> None:
+        """Delete the conversation."""
+
+    def conversations(self, user_id: str | None = None) -> list[Conv]:
+        """The conversations held: all of them, or one user's."""
+
+    def count(self, conv: ConvLike) -> int:
+        """How many messages the conversation holds."""
+
+    def forget_user(self, user_id: str) -> None:
+        """Delete every conversation of ``user_id``."""
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One message that matched a search: where it is and how well it matched."""
+
+    conv: Conv
+    index: int
+    message: dict[str, Any]
+    score: int
+
+
+def check_last(last: object) -> int | None:
+    """Return ``last`` if it is None or an int >= 0, else raise ``ValueError``."""
+    if last is None:
+        return None
+    if type(last) is not int or last < 0:
+        raise ValueError(f"last must be None or an int >= 0, got {last!r}")
+    return last
+
+
+def export_document(
+    conversations: Iterable[tuple[Conv, Sequence[Mapping[str, Any]]]],
+) -> dict[str, Any]:
+    """Build the documented export: JSON-serialisable, re-importable, exact."""
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "conversations": [
+            {
+                "user_id": conv.user_id,
+                "conversation_id": conv.conversation_id,
+                "messages": [dict(m) for m in messages],
+            }
+            for conv, messages in conversations
+        ],
+    }
+
+
+def parse_import(data: object) -> list[tuple[Conv, list[FrozenDict]]]:
+    """Validate a whole export document before anything is written; raise naming the fault."""
+    if not isinstance(data, Mapping):
+        raise InvalidMessage(f"an import is a dict from export(), got {type(data).__name__}")
+    if data.get("format") != EXPORT_FORMAT:
+        raise InvalidMessage(f"'format' must be {EXPORT_FORMAT!r}, got {data.get('format')!r}")
+    if data.get("version") != EXPORT_VERSION:
+        raise InvalidMessage(
+            f"unsupported export version {data.get('version')!r} "
+            f"(this otpmem reads {EXPORT_VERSION})"
+        )
+    entries = data.get("conversations")
+    if not isinstance(entries, list):
+        raise InvalidMessage("'conversations' must be a list")
+    parsed = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise InvalidMessage(f"conversations[{i}] must be a dict")
+        try:
+            conv = as_conv(Conv(entry.get("user_id"), entry.get("conversation_id")))  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessage(f"conversations[{i}]: {exc}") from None
+        try:
+            messages = freeze_batch(entry.get("messages"))
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"conversations[{i}] ({conv.conversation_id}): {exc}") from None
+        parsed.append((conv, messages))
+    return parsed
+
+
+def search_scope(user_id: str | None, conv: ConvLike | None) -> tuple[str | None, Conv | None]:
+    """Check that a search names one tenant: a conversation's user must be ``user_id``."""
+    user_id = check_user_id(user_id)
+    if conv is None:
+        return user_id, None
+    key = as_conv(conv)
+    if user_id is not None and key.user_id != user_id:
+        raise ValueError(
+            f"conversation {key.conversation_id!r} belongs to {key.user_id!r}, not {user_id!r}"
+        )
+    return key.user_id, key
+
+
+def rank_matches(
+    query: str, conversations: Iterable[tuple[Conv, Sequence[Mapping[str, Any]]]], limit: int
+) -> list[SearchHit]:
+    """Case-insensitive substring search: most occurrences first, then newest first."""
+    if not isinstance(query, str) or not query:
+        raise ValueError(f"a search query must be a non-empty str, got {query!r}")
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+    needle = query.casefold()
+    hits = []
+    for order, (conv, messages) in enumerate(conversations):
+        for index, message in enumerate(messages):
+            score = text_of(message).casefold().count(needle)
+            if score:
+                hits.append((score, order, index, conv, message))
+    # Newest first among equal scores: later messages, and later conversations, win.
+    hits.sort(key=lambda h: (-h[0], -h[2], -h[1]))
+    return [
+        SearchHit(conv, index, dict(message), score)
+        for score, _, index, conv, message in hits[:limit]
+    ]
+
+
+class StoreClient:
+    """Export, import and search, written once over a store's primitives.
+
+    A store's handle mixes this in and provides ``get``, ``conversations`` and
+    ``_import(parsed)`` (an all-or-nothing append of validated conversations).
+    """
+
+    __slots__ = ()
+
+    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def conversations(self, user_id: str | None = None) -> list[Conv]:
+        raise NotImplementedError
+
+    def _import(self, parsed: list[tuple[Conv, list[FrozenDict]]], timeout: float | None) -> None:
+        raise NotImplementedError
+
+    def _scope(self, conv: ConvLike | None, user_id: str | None, all_users: bool) -> list[Conv]:
+        chosen = sum([conv is not None, user_id is not None, all_users])
+        if chosen != 1:
+            raise ValueError("name exactly one of: a conversation, user_id=..., all_users=True")
+        if conv is not None:
+            return [as_conv(conv)]
+        if user_id is not None:
+            return [c for c in self.conversations(check_user_id(user_id)) if c.user_id == user_id]
+        return self.conversations()
+
+    def export(
+        self, conv: ConvLike | None = None, *, user_id: str | None = None, all_users: bool = False
+    ) -> dict[str, Any]:
+        """Export one conversation, one user's, or everything (``all_users=True``) as JSON data."""
+        return export_document((c, self.get(c)) for c in self._scope(conv, user_id, all_users))
+
+    def import_(self, data: object, timeout: float | None = 30.0) -> int:
+        """Append an ``export()`` document, all or nothing; return how many messages it held."""
+        parsed = parse_import(data)
+        self._import(parsed, timeout)
+        return sum(len(messages) for _, messages in parsed)
+
+    def search(
+        self,
+        query: str,
+        user_id: str | None = None,
+        conv: ConvLike | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Case-insensitive text search within one tenant, most matches first, then newest.
+
+        The scope is ``user_id``'s conversations (None: those that belong to no user), or
+        just ``conv``; no search ever reads another user's messages.
+        """
+        owner, only = search_scope(user_id, conv)
+        scope = (
+            [only]
+            if only is not None
+            else [c for c in self.conversations(owner) if c.user_id == owner]
+        )
+        return rank_matches(query, ((c, self.get(c)) for c in scope), limit)

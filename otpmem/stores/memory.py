@@ -1,0 +1,228 @@
+"""MemoryStore: conversations in a table owned by a server, the ETS analogue.
+
+The server owns the table and is its only writer, so two writers never interleave. Readers
+on any thread read the table directly, never queueing behind writes: each conversation is
+stored as an immutable snapshot ``(messages, n)`` over an append-only list, replaced on
+every write, so a reader sees either all of an ``add`` or none of it.
+
+With an heir (a ``TableKeeper``), the table outlives a crash of its owner and the restarted
+store adopts it: no acknowledged message is lost. Without one, the table dies with its
+owner, as an ETS table does. ``MemoryStore.child_spec(...)`` builds the supervised pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..actors import (
+    GenServer,
+    Handle,
+    NoProcess,
+    Table,
+    TableError,
+    TableKeeper,
+    claim_table,
+    new_table,
+)
+from ..actors._process import current
+from ..actors.faults import FaultPlan
+from ..messages import (
+    Conv,
+    ConvLike,
+    FrozenDict,
+    InvalidMessage,
+    as_conv,
+    check_user_id,
+    freeze_batch,
+)
+from ..supervisors import ChildSpec, Supervisor
+from ._base import StoreClient, check_last
+
+_Snapshot = tuple[list[dict[str, Any]], int]
+
+
+class MemoryStoreHandle(StoreClient, Handle):
+    """The ``ChatMemory`` face of a MemoryStore: writes are calls, reads are direct."""
+
+    __slots__ = ("_last_table",)
+
+    def __init__(self, process: Any = None, name: str | None = None) -> None:
+        super().__init__(process, name)
+        self._last_table: Table[Conv, _Snapshot] | None = None
+
+    def _table(self) -> Table[Conv, _Snapshot]:
+        process = self._process
+        if process is None or process.dead:
+            try:
+                process = self.resolve()
+            except NoProcess:
+                # Restarting under an heir: the table is intact and only its owner writes,
+                # so reads go on from it rather than fail.
+                table = self._last_table
+                if table is not None and not table.deleted:
+                    return table
+                raise
+        current_table: Table[Conv, _Snapshot] = process.server.table  # type: ignore[attr-defined]
+        self._last_table = current_table
+        return current_table
+
+    def _snapshot(self, conv: ConvLike) -> _Snapshot | None:
+        # Conv is a NamedTuple: a plain (None, id) tuple finds the same entry, cheaper.
+        key: Any = (None, conv) if type(conv) is str and conv else as_conv(conv)
+        try:
+            entry: _Snapshot | None = self._table().get(key)
+        except TableError:
+            raise NoProcess(self._target()) from None
+        return entry
+
+    def add(
+        self, conv: ConvLike, messages: Sequence[Mapping[str, Any]], timeout: float | None = 5.0
+    ) -> None:
+        """Append ``messages`` (all validated first, in this thread); returns once stored."""
+        key = as_conv(conv)
+        batch = freeze_batch(messages)
+        if batch:
+            self.call(("add", key, batch), timeout)
+
+    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
+        """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""
+        entry = self._snapshot(conv)
+        if entry is None:
+            check_last(last)
+            return []
+        messages, n = entry
+        if last is None:
+            return messages[:n]
+        if type(last) is not int or last < 0:
+            check_last(last)
+        return messages[max(0, n - last) : n] if last else []
+
+    def count(self, conv: ConvLike) -> int:
+        """How many messages the conversation holds."""
+        entry = self._snapshot(conv)
+        return 0 if entry is None else entry[1]
+
+    def conversations(self, user_id: str | None = None) -> list[Conv]:
+        """The conversations held: all of them, or one user's."""
+        check_user_id(user_id)
+        try:
+            keys = self._table().keys()
+        except TableError:
+            raise NoProcess(self._target()) from None
+        return [k for k in keys if user_id is None or k.user_id == user_id]
+
+    def clear(self, conv: ConvLike, timeout: float | None = 5.0) -> None:
+        """Delete the conversation."""
+        self.call(("clear", as_conv(conv)), timeout)
+
+    def forget_user(self, user_id: str, timeout: float | None = 30.0) -> None:
+        """Delete every conversation of ``user_id``."""
+        if user_id is None:
+            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
+        self.call(("forget_user", check_user_id(user_id)), timeout)
+
+    def _import(self, parsed: list[tuple[Conv, list[FrozenDict]]], timeout: float | None) -> None:
+        self.call(("import", parsed), timeout)
+
+
+class MemoryStore(GenServer):
+    """The default, in-memory store. Start it alone, or supervised with its heir::
+
+    store = MemoryStore.start_link()
+    store.add("c1", [{"role": "user", "content": "hi"}])
+    store.get("c1")  # [{"role": "user", "content": "hi"}]
+
+    sup = Supervisor.start_link([MemoryStore.child_spec("memory")])
+    Handle.named("memory")  # a MemoryStoreHandle's calls go through the name
+    """
+
+    caller_errors = (InvalidMessage, ValueError, TypeError)
+    handle_class = MemoryStoreHandle
+
+    @classmethod
+    def start_link(  # type: ignore[override]
+        cls,
+        name: str | None = None,
+        heir: Handle | None = None,
+        table: str | None = None,
+        *,
+        faults: FaultPlan | None = None,
+        start_timeout: float | None = 5.0,
+    ) -> MemoryStoreHandle:
+        """Start a store linked to the caller.
+
+        With ``heir`` (a ``TableKeeper``), its table survives a crash and the next store
+        started with the same heir and ``table`` name (default: ``name``) adopts it.
+        """
+        table_name = table or name or "otpmem.memory"
+        handle = cls._spawn((heir, table_name), {}, current(), name, faults, start_timeout)
+        assert isinstance(handle, MemoryStoreHandle)
+        return handle
+
+    @classmethod
+    def child_spec(cls, name: str, child_id: str | None = None) -> ChildSpec:
+        """A supervised store named ``name``: a rest_for_one pair of a keeper and the store.
+
+        If the store crashes, the keeper holds its table and the restarted store adopts it;
+        if the keeper crashes, both restart and the data is gone (as with an ETS heir).
+        """
+        keeper = f"{name}.keeper"
+
+        def start_pair() -> Handle:
+            return Supervisor.start_link(
+                [
+                    ChildSpec("keeper", start=lambda: TableKeeper.start_link(name=keeper)),
+                    ChildSpec(
+                        "store",
+                        start=lambda: cls.start_link(name=name, heir=Handle.named(keeper)),
+                    ),
+                ],
+                strategy="rest_for_one",
+                intensity=10,
+                period=10.0,
+            )
+
+        return ChildSpec(child_id or name, start=start_pair, type="supervisor")
+
+    def init(self, heir: Handle | None, table_name: str) -> None:
+        adopted = claim_table(heir, table_name) if heir is not None else None
+        self.adopted = adopted is not None
+        self.table: Table[Conv, _Snapshot] = adopted or new_table(table_name, heir=heir)
+
+    def handle_call(self, message: Any) -> Any:
+        if not isinstance(message, tuple) or not message:
+            raise ValueError(f"MemoryStore does not understand {message!r}")
+        kind = message[0]
+        if kind == "add":
+            _, key, batch = message
+            self._append(as_conv(key), freeze_batch(batch))
+        elif kind == "clear":
+            self.table.pop(as_conv(message[1]))
+        elif kind == "forget_user":
+            user_id = message[1]
+            for key in list(self.table):
+                if key.user_id == user_id:
+                    del self.table[key]
+        elif kind == "import":
+            for key, batch in message[1]:
+                self._append(as_conv(key), freeze_batch(batch))
+        elif kind == "adopted":
+            return self.adopted
+        else:
+            raise ValueError(f"MemoryStore does not understand {message!r}")
+        return None
+
+    def _append(self, key: Conv, batch: Sequence[dict[str, Any]]) -> None:
+        if not batch:
+            return
+        entry = self.table.get(key)
+        if entry is None:
+            self.table[key] = (list(batch), len(batch))
+            return
+        messages, n = entry
+        # Readers hold (messages, n) and never look past n, so extending in place is safe;
+        # a new tuple publishes the longer snapshot in one step.
+        del messages[n:]
+        messages.extend(batch)
+        self.table[key] = (messages, n + len(batch))
