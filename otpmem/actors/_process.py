@@ -130,6 +130,9 @@ class Process:
         self.trap_exits = server.trap_exits
         self.thread: threading.Thread | None = None
         self.exited = threading.Event()
+        # Set once init has returned: direct readers of a server's state wait for it, since a
+        # name is visible (and calls queue) from before init runs, as in OTP.
+        self.ready = threading.Event()
         self.exit_reason: ExitReason = None
         self.tables: list[Table[Any, Any]] = []
         self.cleanups: list[Callable[[], None]] = []
@@ -203,6 +206,7 @@ class Process:
         elif result is IGNORE:
             self._abort_start(NORMAL, StartIgnored(server), None)
         else:
+            self.ready.set()
             self._started.set(None)
 
     def _abort_start(

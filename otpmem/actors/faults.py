@@ -12,6 +12,7 @@ OTP's supervisor_SUITE keeps its failure flags in an ETS table that outlives the
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,7 @@ class _Rule:
     nth: int = 0
     predicate: Callable[[Any], bool] | None = None
     seconds: float = 0.0
+    release: threading.Event | None = None
 
 
 @dataclass
@@ -96,6 +98,23 @@ class FaultPlan:
     ) -> FaultPlan:
         """Crash on a message for which ``predicate(message)`` is true."""
         return self._add(_Rule("crash_when", times, exc, predicate=predicate))
+
+    def hold_when(
+        self,
+        predicate: Callable[[Any], bool],
+        release: threading.Event,
+        *,
+        timeout: float = 10.0,
+        times: int | None = 1,
+    ) -> FaultPlan:
+        """Hold the server on a message matching ``predicate`` until ``release`` is set.
+
+        A busy server, made on purpose: for testing what must not queue behind it. The hold
+        ends after ``timeout`` s, or when the server is killed.
+        """
+        return self._add(
+            _Rule("hold_when", times, predicate=predicate, seconds=timeout, release=release)
+        )
 
     def fail_init(self, times: int | None = 1, *, exc: BaseException | None = None) -> FaultPlan:
         """Make ``init`` raise, ``times`` times (None: always)."""
@@ -145,6 +164,12 @@ class FaultPlan:
     def _before_message(self, process: Process, message: Any) -> None:
         with self._lock:
             self._seen[process.pid] = self._seen.get(process.pid, 0) + 1
+        hold = self._take(process, ("hold_when",), message)
+        if hold is not None and hold.release is not None:
+            deadline = time.monotonic() + hold.seconds
+            while not hold.release.wait(0.01):
+                if process.kill_event.is_set() or time.monotonic() > deadline:
+                    break
         rule = self._take(process, ("crash_on_message", "crash_when"), message)
         if rule is not None:
             raise rule.exc or InjectedCrash(f"injected {rule.kind} in {process!r}: {message!r}")

@@ -42,6 +42,7 @@ from ._base import StoreClient, StoreCorrupt, StoreError, StoreLocked, StoreUnav
 from ._committer import Committer, Op
 
 LOCK_RETRY = 0.01
+READY_TIMEOUT = 30.0
 
 
 class _ReadGate:
@@ -84,7 +85,10 @@ class LevelDBStoreHandle(StoreClient, Handle):
 
     @contextmanager
     def _db(self) -> Iterator[Any]:
-        server: LevelDBStore = self.resolve().server  # type: ignore[assignment]
+        process = self.resolve()
+        if not process.ready.wait(READY_TIMEOUT):
+            raise NoProcess(self._target())
+        server: LevelDBStore = process.server  # type: ignore[assignment]
         with server.gate.reading(self._target()):
             yield server.db
 

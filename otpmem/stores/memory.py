@@ -39,6 +39,7 @@ from ..messages import (
 from ..supervisors import ChildSpec, Supervisor
 from ._base import StoreClient, check_last
 
+READY_TIMEOUT = 5.0
 _Snapshot = tuple[list[dict[str, Any]], int]
 
 
@@ -63,6 +64,12 @@ class MemoryStoreHandle(StoreClient, Handle):
                 if table is not None and not table.deleted:
                     return table
                 raise
+        if not process.ready.is_set():
+            table = self._last_table
+            if table is not None and not table.deleted:
+                return table
+            if not process.ready.wait(READY_TIMEOUT):
+                raise NoProcess(self._target())
         current_table: Table[Conv, _Snapshot] = process.server.table  # type: ignore[attr-defined]
         self._last_table = current_table
         return current_table
@@ -161,7 +168,14 @@ class MemoryStore(GenServer):
         return handle
 
     @classmethod
-    def child_spec(cls, name: str, child_id: str | None = None) -> ChildSpec:
+    def child_spec(
+        cls,
+        name: str,
+        child_id: str | None = None,
+        *,
+        intensity: int = 10,
+        period: float = 10.0,
+    ) -> ChildSpec:
         """A supervised store named ``name``: a rest_for_one pair of a keeper and the store.
 
         If the store crashes, the keeper holds its table and the restarted store adopts it;
@@ -179,8 +193,8 @@ class MemoryStore(GenServer):
                     ),
                 ],
                 strategy="rest_for_one",
-                intensity=10,
-                period=10.0,
+                intensity=intensity,
+                period=period,
             )
 
         return ChildSpec(child_id or name, start=start_pair, type="supervisor")
