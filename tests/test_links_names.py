@@ -224,3 +224,52 @@ def test_exit_is_announced_after_the_name_is_released() -> None:
         assert names_at_exit == [None]
     finally:
         watcher.stop()
+
+
+def test_start_timeout_does_not_kill_a_non_trapping_starter() -> None:
+    from otpmem.actors import InitFailed
+    from otpmem.actors.faults import FaultPlan
+
+    class Starter(GenServer):
+        def handle_call(self, message: Any) -> Any:
+            try:
+                Worker.start_link(faults=FaultPlan().slow_init(WAIT * 2), start_timeout=0.05)
+            except InitFailed:
+                return "start failed"
+            return "started"
+
+    starter = Starter.start()
+    try:
+        assert starter.call("go") == "start failed"
+        assert starter.call("go") == "start failed"  # still alive: no exit signal reached it
+    finally:
+        starter.stop()
+
+
+def test_on_exit_cleanups_run_on_kill_before_the_exit_is_announced() -> None:
+    from otpmem.actors import on_exit
+
+    order: list[str] = []
+
+    class Holder(GenServer):
+        def init(self) -> None:
+            on_exit(lambda: order.append("first registered"))
+            on_exit(lambda: order.append("second registered"))
+
+    class Watcher(GenServer):
+        trap_exits = True
+
+        def handle_call(self, message: Any) -> Any:
+            return Holder.start_link()
+
+        def handle_info(self, message: Any) -> Any:
+            order.append("exit announced")
+
+    watcher = Watcher.start()
+    try:
+        holder = watcher.call("spawn")
+        faults.kill(holder)
+        watcher.call("spawn").stop()  # queued behind the Exit of the first holder
+        assert order[:3] == ["second registered", "first registered", "exit announced"]
+    finally:
+        watcher.stop()

@@ -182,6 +182,9 @@ class Process:
         pykka.ActorRegistry.register(self._shell.actor_ref)
         self._shell._start_actor_loop()
         if not self._started.wait(timeout):
+            # As proc_lib does: unlink first, so the starter is told by this error only.
+            if self.parent is not None:
+                self.parent.unlink(self)
             self.kill(KILLED, grace=1.0)
             raise InitFailed(repr(self), f"init did not finish within {timeout} s")
         if self._started.error is not None:
