@@ -222,3 +222,33 @@ class StoreClient:
             else [c for c in self.conversations(owner) if c.user_id == owner]
         )
         return rank_matches(query, ((c, self.get(c)) for c in scope), limit)
+
+
+def parse_request(message: object, store: str) -> tuple[str, Any]:
+    """Check a raw store call and normalise its argument; ``ValueError`` names what is wrong.
+
+    Handles validate in the caller's thread; this is the server's own check, so a raw
+    ``call`` with garbage gets an error back and never crashes the store or touches data.
+    """
+    if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
+        raise ValueError(f"{store} does not understand {message!r}")
+    kind, args = message[0], message[1:]
+    arity = {"add": 2, "clear": 1, "forget_user": 1, "import": 1}.get(kind, 0)
+    if len(args) != arity:
+        raise ValueError(f"{store}: {kind!r} takes {arity} argument(s), got {message!r}")
+    if kind == "add":
+        return kind, (as_conv(args[0]), freeze_batch(args[1]))
+    if kind == "clear":
+        return kind, as_conv(args[0])
+    if kind == "forget_user":
+        if not isinstance(args[0], str) or not args[0]:
+            raise ValueError(f"{store}: forget_user needs a non-empty str user_id, got {args[0]!r}")
+        return kind, args[0]
+    if kind == "import":
+        entries = args[0]
+        if not isinstance(entries, list) or not all(
+            isinstance(e, tuple) and len(e) == 2 for e in entries
+        ):
+            raise ValueError(f"{store}: import takes a list of (conv, messages) pairs")
+        return kind, [(as_conv(conv), freeze_batch(batch)) for conv, batch in entries]
+    return kind, None

@@ -15,6 +15,7 @@ restarted store can open the directory at once. Reads run on the caller's thread
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,10 +39,21 @@ from ..messages import (
     freeze_batch,
 )
 from . import _leveldb_keys as keys
-from ._base import StoreClient, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable, check_last
+from ._base import (
+    StoreClient,
+    StoreCorrupt,
+    StoreError,
+    StoreLocked,
+    StoreUnavailable,
+    check_last,
+    parse_request,
+)
 from ._committer import Committer, Op
 
 LOCK_RETRY = 0.01
+_LOCK_ERROR = re.compile(
+    r"^IO error: lock .*: (already held by process|Resource temporarily unavailable)$"
+)
 READY_TIMEOUT = 30.0
 
 
@@ -184,6 +196,8 @@ class LevelDBStore(GenServer):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
         if not isinstance(sync, bool):
             raise TypeError(f"sync must be a bool, got {sync!r}")
+        if not isinstance(lock_timeout, int | float) or isinstance(lock_timeout, bool):
+            raise TypeError(f"lock_timeout must be a number of seconds, got {lock_timeout!r}")
         try:
             handle = cls._spawn(
                 (os.fspath(path), sync, lock_timeout), {}, current(), name, faults, start_timeout
@@ -218,32 +232,21 @@ class LevelDBStore(GenServer):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
-        if not isinstance(message, tuple) or not message:
-            raise ValueError(f"LevelDBStore does not understand {message!r}")
-        kind = message[0]
+        kind, arg = parse_request(message, "LevelDBStore")
         if kind == "add":
-            _, key, batch = message
-            self.committer.submit(
-                self._append_ops(as_conv(key), freeze_batch(batch)), self.caller()
-            )
+            self.committer.submit(self._append_ops(*arg), self.caller())
             return NO_REPLY
         if kind == "import":
-            ops = []
-            for key, batch in message[1]:
-                ops.extend(self._append_ops(as_conv(key), freeze_batch(batch)))
+            ops: list[Op] = []
+            for conv, batch in arg:
+                ops.extend(self._append_ops(conv, batch))
             self.committer.submit(ops, self.caller())
             return NO_REPLY
         if kind == "clear":
-            return self._delete_range(
-                [keys.conv_prefix(keys.MESSAGE, as_conv(message[1]))], [as_conv(message[1])]
-            )
+            return self._delete_range([keys.conv_prefix(keys.MESSAGE, arg)], [arg])
         if kind == "forget_user":
-            user_id = message[1]
-            owned = [c for c in self.meta if c.user_id == user_id]
-            prefixes = [
-                keys.user_prefix(keys.MESSAGE, user_id),
-                keys.user_prefix(keys.META, user_id),
-            ]
+            owned = [c for c in self.meta if c.user_id == arg]
+            prefixes = [keys.user_prefix(keys.MESSAGE, arg), keys.user_prefix(keys.META, arg)]
             return self._delete_range(prefixes, owned)
         if kind == "flush":
             self.committer.flush()
@@ -286,6 +289,12 @@ class LevelDBStore(GenServer):
         return NO_REPLY
 
 
+def _error_text(exc: BaseException) -> str:
+    # plyvel's errors carry LevelDB's message as bytes.
+    first = exc.args[0] if exc.args else ""
+    return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
+
+
 def _open(path: str, lock_timeout: float) -> Any:
     try:
         os.makedirs(path, exist_ok=True)
@@ -299,12 +308,14 @@ def _open(path: str, lock_timeout: float) -> Any:
             return plyvel.DB(path, create_if_missing=True)
         except plyvel.CorruptionError as exc:
             raise StoreCorrupt(
-                f"the LevelDB store at {path!r} is corrupt ({exc}); back it up, then try "
-                f"plyvel.repair_db({path!r})"
+                f"the LevelDB store at {path!r} is corrupt ({_error_text(exc)}); back it up, "
+                f"then try plyvel.repair_db({path!r})"
             ) from exc
         except plyvel.IOError as exc:
-            text = str(exc)
-            if "lock" in text.lower() and ("held" in text or "unavailable" in text):
+            text = _error_text(exc)
+            # LevelDB says "IO error: lock <path>/LOCK: already held by process" (another
+            # DB in this process) or "...: Resource temporarily unavailable" (another process).
+            if _LOCK_ERROR.match(text):
                 if time.monotonic() < deadline:
                     time.sleep(LOCK_RETRY)  # another process's lock has no event to wait on
                     continue
@@ -314,4 +325,6 @@ def _open(path: str, lock_timeout: float) -> Any:
                 ) from exc
             raise StoreUnavailable(f"cannot open the LevelDB store at {path!r}: {text}") from exc
         except plyvel.Error as exc:
-            raise StoreCorrupt(f"cannot open the LevelDB store at {path!r}: {exc}") from exc
+            raise StoreCorrupt(
+                f"cannot open the LevelDB store at {path!r}: {_error_text(exc)}"
+            ) from exc

@@ -37,7 +37,7 @@ from ..messages import (
     freeze_batch,
 )
 from ..supervisors import ChildSpec, Supervisor
-from ._base import StoreClient, check_last
+from ._base import StoreClient, check_last, parse_request
 
 READY_TIMEOUT = 5.0
 _Snapshot = tuple[list[dict[str, Any]], int]
@@ -205,22 +205,18 @@ class MemoryStore(GenServer):
         self.table: Table[Conv, _Snapshot] = adopted or new_table(table_name, heir=heir)
 
     def handle_call(self, message: Any) -> Any:
-        if not isinstance(message, tuple) or not message:
-            raise ValueError(f"MemoryStore does not understand {message!r}")
-        kind = message[0]
+        kind, arg = parse_request(message, "MemoryStore")
         if kind == "add":
-            _, key, batch = message
-            self._append(as_conv(key), freeze_batch(batch))
+            self._append(*arg)
         elif kind == "clear":
-            self.table.pop(as_conv(message[1]))
+            self.table.pop(arg)
         elif kind == "forget_user":
-            user_id = message[1]
             for key in list(self.table):
-                if key.user_id == user_id:
+                if key.user_id == arg:
                     del self.table[key]
         elif kind == "import":
-            for key, batch in message[1]:
-                self._append(as_conv(key), freeze_batch(batch))
+            for key, batch in arg:
+                self._append(key, batch)
         elif kind == "adopted":
             return self.adopted
         else:
