@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, NoReturn
 
 ROLES = ("system", "user", "assistant", "tool")
 FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata")
+_FIELD_SET = frozenset(FIELDS)
 MAX_DEPTH = 32
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
 
@@ -138,36 +139,60 @@ def _fail(reason: str, index: int | None, field: str | None) -> NoReturn:
     raise InvalidMessage(reason, index=index, field=field)
 
 
-def _freeze_value(value: Any, index: int | None, field: str, depth: int) -> Any:
+Path = tuple[Any, ...]
+"""Where a value sits in a message, built lazily: (parent path, key or index)."""
+
+
+def _field(path: Path) -> str:
+    parts: list[Any] = []
+    while path:
+        path, step = path
+        parts.append(step)
+    text = ""
+    for step in reversed(parts):
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else str(step))
+    return text
+
+
+def _fail_at(reason: str, index: int | None, path: Path) -> NoReturn:
+    raise InvalidMessage(reason, index=index, field=_field(path) or None)
+
+
+def _freeze_value(value: Any, index: int | None, path: Path, depth: int) -> Any:
     """Check that ``value`` is JSON-like and return a frozen deep copy of it."""
     kind = type(value)
-    if kind is str or value is None or kind is bool:
+    if kind is str or kind is bool or value is None:
         return value
     if kind is int:
         if not _INT_MIN <= value <= _INT_MAX:
-            _fail(f"integer {value} does not fit in 64 bits", index, field)
+            _fail_at(f"integer {value} does not fit in 64 bits", index, path)
         return value
     if kind is float:
         if not math.isfinite(value):
-            _fail(f"{value!r} is not a finite number (JSON cannot carry it)", index, field)
+            _fail_at(f"{value!r} is not a finite number (JSON cannot carry it)", index, path)
         return value
     if depth >= MAX_DEPTH:
-        _fail(f"nested deeper than {MAX_DEPTH} levels", index, field)
+        _fail_at(f"nested deeper than {MAX_DEPTH} levels", index, path)
     if isinstance(value, dict):
         frozen: dict[str, Any] = {}
         for key, item in value.items():
             if type(key) is not str:
-                _fail(f"dict keys must be str, got {type(key).__name__} {key!r}", index, field)
-            frozen[key] = _freeze_value(item, index, f"{field}.{key}", depth + 1)
+                _fail_at(f"dict keys must be str, got {type(key).__name__} {key!r}", index, path)
+            item_kind = type(item)
+            # Most values are strings: keep them off the recursive (and slower) path.
+            if item_kind is str or item is None or item_kind is bool:
+                frozen[key] = item
+            else:
+                frozen[key] = _freeze_value(item, index, (path, key), depth + 1)
         return FrozenDict(frozen)
     if isinstance(value, list):
         return FrozenList(
-            [_freeze_value(item, index, f"{field}[{i}]", depth + 1) for i, item in enumerate(value)]
+            [_freeze_value(item, index, (path, i), depth + 1) for i, item in enumerate(value)]
         )
-    _fail(
+    _fail_at(
         f"{kind.__name__} is not storable: use dict, list, str, int, float, bool or None",
         index,
-        field,
+        path,
     )
 
 
@@ -232,7 +257,7 @@ def freeze(message: Any, index: int | None = None) -> FrozenDict:
     if not isinstance(message, dict):
         _fail(f"a message is a dict, got {type(message).__name__}", index, None)
     for key in message:
-        if key not in FIELDS:
+        if key not in _FIELD_SET:
             _fail(f"unknown field; a message has only {', '.join(FIELDS)}", index, str(key))
     role = message.get("role")
     if role not in ROLES:
@@ -250,13 +275,18 @@ def freeze(message: Any, index: int | None = None) -> FrozenDict:
         _fail(f"must be a str, got {type(message['name']).__name__}", index, "name")
     if "metadata" in message and not isinstance(message["metadata"], dict):
         _fail(f"must be a dict, got {type(message['metadata']).__name__}", index, "metadata")
-    frozen: FrozenDict = _freeze_value(message, index, "message", 0)
+    frozen: FrozenDict = _freeze_value(message, index, (), 0)
     return frozen
 
 
 def freeze_batch(messages: Any) -> list[FrozenDict]:
     """Validate a whole batch before anything is written; return the frozen messages."""
-    if isinstance(messages, dict | str | bytes) or not isinstance(messages, Iterable):
+    kind = type(messages)
+    if (
+        kind is not list
+        and kind is not tuple
+        and (isinstance(messages, dict | str | bytes) or not isinstance(messages, Iterable))
+    ):
         raise InvalidMessage(
             f"a batch is a list of messages, got {type(messages).__name__}", index=None
         )

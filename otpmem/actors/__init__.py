@@ -19,12 +19,9 @@ from ._errors import (
     is_shutdown,
 )
 from ._genserver import (
-    IGNORE,
-    NO_REPLY,
     GenServer,
     Handle,
     ReplyTo,
-    Stop,
     demonitor,
     link,
     monitor,
@@ -35,7 +32,7 @@ from ._genserver import (
 )
 from ._names import registered
 from ._process import live_processes, on_exit, stop_all
-from ._signals import Down, Exit, Pid, TableTransfer
+from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
 from ._tables import Table, TableKeeper, claim_table, give_away, new_table, set_heir
 
 __all__ = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import _names
@@ -23,29 +22,6 @@ if TYPE_CHECKING:
     from .faults import FaultPlan
 
 logger = logging.getLogger("otpmem.actors")
-
-
-class _Sentinel:
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __repr__(self) -> str:
-        return self._name
-
-
-IGNORE: Any = _Sentinel("IGNORE")
-"""Return from ``init`` to start nothing, without error (OTP's ``ignore``)."""
-
-NO_REPLY: Any = _Sentinel("NO_REPLY")
-"""Return from ``handle_call`` to answer later with ``reply(self.caller(), value)``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """Return from a handler to stop the server with ``reason`` (after replying ``reply``)."""
-
-    reason: ExitReason = NORMAL
-    reply: Any = None
 
 
 class ReplyTo:

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from . import _names
-from ._errors import KILLED, NORMAL, ExitReason, InitFailed, StartIgnored
+from ._errors import KILLED, NORMAL, ExitReason, InitFailed, ServerExited, StartIgnored
 from ._signals import (
+    IGNORE,
+    NO_REPLY,
     WAKE,
     CallEnvelope,
     CastEnvelope,
@@ -29,6 +31,7 @@ from ._signals import (
     Exit,
     Pid,
     Slot,
+    Stop,
     StopRequest,
     Wake,
 )
@@ -201,8 +204,6 @@ class Process:
         except BaseException as exc:
             self._abort_start(exc, InitFailed(server, exc), exc)
             return
-        from ._genserver import IGNORE
-
         if self._is_killed:
             self._exit(self._killed, run_terminate=False)
             self._started.fail(InitFailed(server, self._killed))
@@ -267,8 +268,6 @@ class Process:
             self._exit(self._killed, run_terminate=False)
 
     def _handle_call(self, envelope: CallEnvelope) -> None:
-        from ._genserver import NO_REPLY, Stop
-
         slot = envelope.slot
         self.current_call = envelope
         try:
@@ -296,8 +295,6 @@ class Process:
         slot.set(result)
 
     def _after_handler(self, result: Any) -> None:
-        from ._genserver import Stop
-
         if type(result) is Stop:
             self._exit(result.reason, run_terminate=True)
 
@@ -456,7 +453,6 @@ class Process:
 
 
 def _exit_error(process: Process, reason: ExitReason) -> Exception:
-    from ._errors import ServerExited
 
     error = ServerExited(process, reason)
     if isinstance(reason, BaseException):

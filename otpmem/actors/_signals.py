@@ -7,11 +7,34 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ExitReason
+from ._errors import NORMAL, ExitReason
 
 if TYPE_CHECKING:
     from ._process import Process
     from ._tables import Table
+
+
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+IGNORE: Any = _Sentinel("IGNORE")
+"""Return from ``init`` to start nothing, without error (OTP's ``ignore``)."""
+
+NO_REPLY: Any = _Sentinel("NO_REPLY")
+"""Return from ``handle_call`` to answer later with ``reply(self.caller(), value)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Return from a handler to stop the server with ``reason`` (after replying ``reply``)."""
+
+    reason: ExitReason = NORMAL
+    reply: Any = None
 
 
 class Pid(int):

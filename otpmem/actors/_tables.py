@@ -65,6 +65,10 @@ class Table(Generic[K, V]):
             )
         return data
 
+    def mapping(self) -> dict[K, V]:
+        """The live dict, for readers that look up often: read it, never write it."""
+        return self._read()
+
     def get(self, key: K, default: Any = None) -> Any:
         """The value under ``key``, or ``default``."""
         return self._read().get(key, default)

@@ -25,7 +25,8 @@ from ..actors import (
     claim_table,
     new_table,
 )
-from ..actors._process import current
+from ..actors._names import lookup
+from ..actors._process import Process, current
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
@@ -41,18 +42,31 @@ from ._base import StoreClient, check_last, parse_request
 
 READY_TIMEOUT = 5.0
 _Snapshot = tuple[list[dict[str, Any]], int]
+TableKey = str | Conv
+
+
+def table_key(conv: Conv) -> TableKey:
+    """How a conversation is keyed in the table: a conversation of no user by its id alone.
+
+    A str key hashes once and for all (a tuple rehashes on every lookup), and most reads
+    name a conversation by a plain str.
+    """
+    return conv.conversation_id if conv.user_id is None else conv
 
 
 class MemoryStoreHandle(StoreClient, Handle):
     """The ``ChatMemory`` face of a MemoryStore: writes are calls, reads are direct."""
 
-    __slots__ = ("_last_table",)
+    __slots__ = ("_fast", "_last_table")
 
     def __init__(self, process: Any = None, name: str | None = None) -> None:
         super().__init__(process, name)
-        self._last_table: Table[Conv, _Snapshot] | None = None
+        self._last_table: Table[TableKey, _Snapshot] | None = None
+        # (incarnation, its table's mapping), valid while that incarnation lives and, for a
+        # named handle, still holds the name: the read path then costs a few lookups.
+        self._fast: tuple[Process, dict[TableKey, _Snapshot]] | None = None
 
-    def _table(self) -> Table[Conv, _Snapshot]:
+    def _table(self) -> Table[TableKey, _Snapshot]:
         process = self._process
         if process is None or process.dead:
             try:
@@ -70,18 +84,24 @@ class MemoryStoreHandle(StoreClient, Handle):
                 return table
             if not process.ready.wait(READY_TIMEOUT):
                 raise NoProcess(self._target())
-        current_table: Table[Conv, _Snapshot] = process.server.table  # type: ignore[attr-defined]
+        current_table: Table[TableKey, _Snapshot] = process.server.table  # type: ignore[attr-defined]
         self._last_table = current_table
-        return current_table
-
-    def _snapshot(self, conv: ConvLike) -> _Snapshot | None:
-        # Conv is a NamedTuple: a plain (None, id) tuple finds the same entry, cheaper.
-        key: Any = (None, conv) if type(conv) is str and conv else as_conv(conv)
         try:
-            entry: _Snapshot | None = self._table().get(key)
+            self._fast = (process, current_table.mapping())
         except TableError:
             raise NoProcess(self._target()) from None
-        return entry
+        return current_table
+
+    def _mapping(self) -> dict[TableKey, _Snapshot]:
+        fast = self._fast
+        if fast is not None:
+            process, mapping = fast
+            if not process.dead and (self._name is None or lookup(self._name) is process):
+                return mapping
+        try:
+            return self._table().mapping()
+        except TableError:
+            raise NoProcess(self._target()) from None
 
     def add(
         self, conv: ConvLike, messages: Sequence[Mapping[str, Any]], timeout: float | None = 5.0
@@ -94,8 +114,26 @@ class MemoryStoreHandle(StoreClient, Handle):
 
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""
-        entry = self._snapshot(conv)
+        # The hot read path, kept flat: each call level costs about as much as the slice.
+        fast = self._fast
+        if (
+            fast is None
+            or fast[0].dead
+            or (self._name is not None and lookup(self._name) is not fast[0])
+        ):
+            mapping = self._mapping()
+        else:
+            mapping = fast[1]
+        # Stored keys were validated when added, so a hit needs no check; a miss is checked
+        # so that bad input still gets its error.
+        kind = type(conv)
+        entry: _Snapshot | None = None
+        if kind is str:
+            entry = mapping.get(conv)
+        elif kind is Conv:
+            entry = mapping.get(conv if conv[0] is not None else conv[1])
         if entry is None:
+            as_conv(conv)
             check_last(last)
             return []
         messages, n = entry
@@ -103,21 +141,18 @@ class MemoryStoreHandle(StoreClient, Handle):
             return messages[:n]
         if type(last) is not int or last < 0:
             check_last(last)
-        return messages[max(0, n - last) : n] if last else []
+        return messages[n - last : n] if last <= n else messages[:n]
 
     def count(self, conv: ConvLike) -> int:
         """How many messages the conversation holds."""
-        entry = self._snapshot(conv)
+        entry = self._mapping().get(table_key(as_conv(conv)))
         return 0 if entry is None else entry[1]
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
         """The conversations held: all of them, or one user's."""
         check_user_id(user_id)
-        try:
-            keys = self._table().keys()
-        except TableError:
-            raise NoProcess(self._target()) from None
-        return [k for k in keys if user_id is None or k.user_id == user_id]
+        convs = [Conv(None, k) if isinstance(k, str) else k for k in list(self._mapping())]
+        return [c for c in convs if user_id is None or c.user_id == user_id]
 
     def clear(self, conv: ConvLike, timeout: float | None = 5.0) -> None:
         """Delete the conversation."""
@@ -202,17 +237,17 @@ class MemoryStore(GenServer):
     def init(self, heir: Handle | None, table_name: str) -> None:
         adopted = claim_table(heir, table_name) if heir is not None else None
         self.adopted = adopted is not None
-        self.table: Table[Conv, _Snapshot] = adopted or new_table(table_name, heir=heir)
+        self.table: Table[TableKey, _Snapshot] = adopted or new_table(table_name, heir=heir)
 
     def handle_call(self, message: Any) -> Any:
         kind, arg = parse_request(message, "MemoryStore")
         if kind == "add":
             self._append(*arg)
         elif kind == "clear":
-            self.table.pop(arg)
+            self.table.pop(table_key(arg))
         elif kind == "forget_user":
             for key in list(self.table):
-                if key.user_id == arg:
+                if type(key) is Conv and key.user_id == arg:
                     del self.table[key]
         elif kind == "import":
             for key, batch in arg:
@@ -223,9 +258,10 @@ class MemoryStore(GenServer):
             raise ValueError(f"MemoryStore does not understand {message!r}")
         return None
 
-    def _append(self, key: Conv, batch: Sequence[dict[str, Any]]) -> None:
+    def _append(self, conv: Conv, batch: Sequence[dict[str, Any]]) -> None:
         if not batch:
             return
+        key = table_key(conv)
         entry = self.table.get(key)
         if entry is None:
             self.table[key] = (list(batch), len(batch))

@@ -1,0 +1,97 @@
+"""What the benchmark modules share: paired-ratio statistics, memory readings, an echo actor.
+
+Kept to the few helpers more than one ``bench_*`` module uses; each module keeps its own
+contenders and its own result lines.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pykka
+
+_LIBC_PATH = ctypes.util.find_library("c")
+_LIBC = ctypes.CDLL(_LIBC_PATH) if _LIBC_PATH else None
+if _LIBC is not None and not hasattr(_LIBC, "malloc_trim"):
+    _LIBC = None  # not glibc
+
+
+class EchoActor(pykka.ThreadingActor):
+    """A bare pykka actor that answers every ask with the message."""
+
+    def on_receive(self, message: Any) -> Any:
+        """Return the message."""
+        return message
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+def percentile(ascending: Sequence[float], q: float) -> float:
+    """Nearest-rank ``q`` percentile (0 < q <= 1) of an ascending sequence."""
+    return ascending[max(0, math.ceil(q * len(ascending)) - 1)]
+
+
+def ratio_summary(ratios: Sequence[float]) -> str:
+    """Median and range of paired ratios, as ``1.05x [0.95..1.10]``."""
+    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}..{max(ratios):.2f}]"
+
+
+def safe_ratio(a: float, b: float) -> str:
+    """``a / b`` as ``1.23x``, or ``n/a`` when ``b`` is not positive (RSS noise)."""
+    return f"{a / b:.2f}x" if b > 0 else "n/a"
+
+
+def verdict(ok: bool) -> str:
+    """The goal marker of a result line."""
+    return "ok" if ok else "MISSED"
+
+
+def rotated(items: Sequence[str], by: int) -> list[str]:
+    """``items`` rotated left by ``by``, so each repeat starts with another contender."""
+    k = by % len(items)
+    return [*items[k:], *items[:k]]
+
+
+def memory_kib() -> tuple[int, int]:
+    """This process's (VmRSS, VmSize) in KiB after a GC and a malloc_trim, from /proc."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)  # hand freed heap back, so the previous round does not skew RSS
+    fields: dict[str, int] = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmSize"):
+                fields[key] = int(value.split()[0])
+    return fields["VmRSS"], fields["VmSize"]
+
+
+def join_new_threads(before: set[threading.Thread]) -> None:
+    """Wait until every thread started since ``before`` has ended (untimed housekeeping)."""
+    for thread in threading.enumerate():
+        if thread not in before and thread is not threading.current_thread():
+            thread.join(30.0)
+
+
+# -- timing ---------------------------------------------------------------------------------
+
+
+def time_chunk(roundtrip: Callable[[int], Any], n: int, latencies: list[int]) -> int:
+    """Run ``roundtrip`` n times, appending each latency (ns) to ``latencies``; return total ns."""
+    clock = time.perf_counter_ns
+    append = latencies.append
+    started = clock()
+    for i in range(n):
+        t0 = clock()
+        roundtrip(i)
+        append(clock() - t0)
+    return clock() - started

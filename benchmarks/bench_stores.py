@@ -1,0 +1,600 @@
+"""Store benchmarks: what MemoryStore and LevelDBStore cost over the raw structures under them.
+
+Each figure is printed next to a baseline measured in the same run, because this shared
+2-core box swings up to 2x between periods (perf_anchors.md): compare the paired ratios and
+the medians over repeats, never one absolute number. Messages are the perf_anchors shape:
+about 160 chars of content from a 47-word vocabulary, every 5th an assistant message with a
+tool call, each with its own strings.
+
+1. MemoryStore ``add`` of one message per call to a warm conversation, against a bare pykka
+   ``ask`` roundtrip carrying the same message (the floor of any call). ``get(conv,
+   last=50)`` from a conversation of 1,000 messages, against slicing a raw dict of lists
+   (``d[key][-50:]``), once with a ``Conv`` key and once with a plain str id. Contenders
+   alternate in chunks, in rotated order; ratios are throughputs of the same repeat.
+2. LevelDBStore ``add`` with ``sync=True`` (acknowledged once fsynced), one message per add,
+   from 1 and from 16 writer threads (each its own conversation), against the naive durable
+   store: one thread doing ``db.put(key, msgpack.packb(msg), sync=True)`` per message on the
+   same disk. Concurrent adds share one fsync (group commit); messages per fsync is the
+   message count over the committer's groups.
+3. LevelDBStore ``get(last=50)`` from a conversation of 1,000 messages and from one of
+   1,000,000 (100,000 with --quick) in the same database, written with plyvel directly in
+   the store's key layout; a raw plyvel reverse iterator + ``unpackb`` on the same handle is
+   the floor.
+4. Reopening that database: ``LevelDBStore.start_link(path)`` plus the first
+   ``get(last=50)`` of a conversation not read before, after the previous store stopped and
+   the database files were dropped from the page cache; against a bare ``plyvel.DB(path)``
+   and the same read.
+5. RSS of a MemoryStore holding 1,000,000 messages (100,000 with --quick, scaled), added in
+   batches of 1,000 into 1,000 conversations, against a plain dict of lists of the same
+   messages.
+
+The LevelDB directories live under ``$OTPMEM_BENCH_DIR`` (default: this directory, on the
+project's disk; not /tmp, which may be tmpfs and would make fsync free) and are removed at
+the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple, cast
+
+import msgpack
+import plyvel
+from _common import (
+    EchoActor,
+    memory_kib,
+    percentile,
+    ratio_summary,
+    rotated,
+    safe_ratio,
+    time_chunk,
+    verdict,
+)
+
+from otpmem.messages import Conv
+from otpmem.stores import LevelDBStore, LevelDBStoreHandle, MemoryStore
+from otpmem.stores import _leveldb_keys as keys
+
+ADD_VS_ASK_GOAL = 0.8
+"""MemoryStore add throughput over a bare pykka ask roundtrip, at least."""
+
+GET_VS_SLICE_GOAL = 0.5
+"""MemoryStore get(last=50) throughput over a raw ``d[key][-50:]``, at least."""
+
+GROUP_COMMIT_GOAL = 5.0
+"""LevelDBStore sync adds from 16 writers over naive single-thread sync puts, at least."""
+
+FLAT_GET_GOAL = 1.5
+"""get(last=50) time from the big conversation over the 1,000-message one, at most."""
+
+REOPEN_GOAL_S = 1.0
+"""Reopen of a 1M-message LevelDB plus its first get, in seconds, below."""
+
+BENCH_DIR = Path(os.environ.get("OTPMEM_BENCH_DIR") or Path(__file__).resolve().parent)
+
+VOCABULARY = (
+    "the a memory store actor supervisor restart message conversation user assistant tool "
+    "call reply process link monitor crash exit reason child spec strategy intensity period "
+    "table heir owner write read batch commit sync disk log level key value sequence prefix "
+    "range scan count search export import token"
+)
+"""The 47-word vocabulary of the synthetic content (as in perf_anchors.md)."""
+
+WORDS = VOCABULARY.split()
+
+LAST = 50
+SMALL = 1_000
+"""Messages in the small (and the MemoryStore get) conversation."""
+
+REOPEN_REPEATS = 3
+"""Reopens per side; each reads a conversation no earlier open has read."""
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+_rng = random.Random(20_260_301)
+_TEXTS = [" ".join(_rng.choices(WORDS, k=40))[:150] for _ in range(1_000)]
+
+
+def message(i: int) -> dict[str, Any]:
+    """Message ``i``: ~160 chars of content, every 5th an assistant tool call; fresh strings."""
+    content = f"{i:09d} {_TEXTS[i % len(_TEXTS)]}"
+    if i % 5 == 4:
+        return {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": f'{{"q": {i}}}'},
+                }
+            ],
+        }
+    return {"role": "user" if i % 2 else "assistant", "content": content}
+
+
+def messages(start: int, n: int) -> list[dict[str, Any]]:
+    """Messages ``start`` .. ``start + n - 1``."""
+    return [message(i) for i in range(start, start + n)]
+
+
+# -- 1. MemoryStore against pykka and a dict --------------------------------------------------
+
+
+def bench_memory_add(quick: bool) -> list[str]:
+    """MemoryStore add of one message per call vs a pykka ask roundtrip, in rotated chunks."""
+    n, chunk, repeats = (2_000, 250, 3) if quick else (20_000, 500, 5)
+    store = MemoryStore.start_link()
+    actor = EchoActor.start()
+    conv = Conv("bench", "warm")
+    pool = messages(SMALL, 1_000)
+    contenders: dict[str, Callable[[int], Any]] = {
+        "add": lambda i: store.add(conv, [pool[i % len(pool)]]),
+        "ask": lambda i: actor.ask(pool[i % len(pool)]),
+    }
+    names = list(contenders)
+    # Per repeat and contender: (p50 us, p99 us, calls per second).
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
+    try:
+        store.add(conv, messages(0, SMALL))
+        for roundtrip in contenders.values():
+            time_chunk(roundtrip, chunk, [])  # warm-up
+        for r in range(repeats):
+            latencies: dict[str, list[int]] = {name: [] for name in names}
+            total_ns = dict.fromkeys(names, 0)
+            for k in range(n // chunk):
+                for name in rotated(names, r + k):
+                    total_ns[name] += time_chunk(contenders[name], chunk, latencies[name])
+            for name in names:
+                lat = sorted(latencies[name])
+                rate = n * 1e9 / total_ns[name]
+                runs[name].append((percentile(lat, 0.5) / 1e3, percentile(lat, 0.99) / 1e3, rate))
+        stored = store.count(conv)
+    finally:
+        store.stop()
+        actor.stop()
+    expected = SMALL + chunk + repeats * n  # the warm-up chunk added too
+    if stored != expected:
+        raise AssertionError(f"the store holds {stored} messages, {expected} were added")
+
+    def med(name: str, field: int) -> float:
+        """Median over repeats of one field of a contender's runs."""
+        return statistics.median(run[field] for run in runs[name])
+
+    ratios = [a[2] / b[2] for a, b in zip(runs["add"], runs["ask"], strict=True)]
+    ok = statistics.median(ratios) >= ADD_VS_ASK_GOAL
+    return [
+        f"MemoryStore add (1 msg per call, warm conversation): {med('add', 0):.1f} us p50 "
+        f"(p99 {med('add', 1):.0f} us, {med('add', 2) / 1e3:.1f}k/s) | pykka ask "
+        f"{med('ask', 0):.1f} us ({med('ask', 2) / 1e3:.1f}k/s) | add/ask = "
+        f"{ratio_summary(ratios)} (throughput, paired per repeat, median [min..max] of "
+        f"{repeats} x {n}; goal >= {ADD_VS_ASK_GOAL}) -> {verdict(ok)}"
+    ]
+
+
+def time_loop(read: Callable[[], Any], n: int) -> int:
+    """Call ``read`` n times; return the total ns (no per-call clock: reads take ~1 us)."""
+    clock = time.perf_counter_ns
+    started = clock()
+    for _ in range(n):
+        read()
+    return clock() - started
+
+
+def bench_memory_get(quick: bool) -> list[str]:
+    """MemoryStore get(last=50) vs a raw dict-of-lists slice, with a Conv and a str key."""
+    n, chunk, repeats = (20_000, 2_000, 3) if quick else (200_000, 10_000, 5)
+    store = MemoryStore.start_link()
+    conv = Conv("bench", "reader")
+    try:
+        store.add(conv, messages(0, SMALL))
+        store.add(conv.conversation_id, messages(0, SMALL))
+        raw: dict[Any, list[dict[str, Any]]] = {
+            conv: store.get(conv),
+            conv.conversation_id: store.get(conv.conversation_id),
+        }
+        get = store.get
+        # Each side is one lambda over closure variables: the loops differ only in the read.
+        contenders: dict[str, Callable[[], Any]] = {
+            "get Conv": lambda: get(conv, last=LAST),
+            "slice Conv": lambda: raw[conv][-LAST:],
+            "get str": lambda: get("reader", last=LAST),
+            "slice str": lambda: raw["reader"][-LAST:],
+        }
+        if any(len(read()) != LAST for read in contenders.values()):
+            raise AssertionError(f"a read did not return {LAST} messages")
+        names = list(contenders)
+        rates: dict[str, list[float]] = {name: [] for name in names}
+        for read in contenders.values():
+            time_loop(read, chunk)  # warm-up
+        for r in range(repeats):
+            total_ns = dict.fromkeys(names, 0)
+            for k in range(n // chunk):
+                for name in rotated(names, r + k):
+                    total_ns[name] += time_loop(contenders[name], chunk)
+            for name in names:
+                rates[name].append(n * 1e9 / total_ns[name])
+    finally:
+        store.stop()
+
+    lines = []
+    for key, shown in (("Conv", 'Conv("bench", "reader")'), ("str", '"reader"')):
+        ours, theirs = rates[f"get {key}"], rates[f"slice {key}"]
+        ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+        ok = statistics.median(ratios) >= GET_VS_SLICE_GOAL
+        lines.append(
+            f"MemoryStore get({shown}, last={LAST}) of {SMALL:,}: "
+            f"{1e9 / statistics.median(ours):.0f} ns ({statistics.median(ours) / 1e6:.2f}M/s) | "
+            f"raw d[key][-{LAST}:] {1e9 / statistics.median(theirs):.0f} ns | get/slice = "
+            f"{ratio_summary(ratios)} (throughput, paired per repeat, median [min..max] of "
+            f"{repeats} x {n:,}; goal >= {GET_VS_SLICE_GOAL}) -> {verdict(ok)}"
+        )
+    return lines
+
+
+# -- 2. LevelDBStore group commit -------------------------------------------------------------
+
+
+def committer_groups(store: LevelDBStoreHandle) -> int:
+    """Groups (one WriteBatch and one fsync each) the store's committer has written."""
+    server = cast(LevelDBStore, store.resolve().server)
+    return server.committer.groups
+
+
+def naive_round(db: Any, prefix: bytes, start: int, batch: list[dict[str, Any]]) -> float:
+    """One synced put per message, single thread; return msgs/s."""
+    put, pack, key = db.put, msgpack.packb, keys.message_key
+    t0 = time.perf_counter()
+    for i, msg in enumerate(batch):
+        put(key(prefix, start + i), pack(msg), sync=True)
+    return len(batch) / (time.perf_counter() - t0)
+
+
+def writers_round(
+    store: LevelDBStoreHandle, writers: int, batches: list[list[dict[str, Any]]]
+) -> tuple[float, float]:
+    """``writers`` threads each add their batch, one message per add; (msgs/s, msgs per fsync)."""
+    start = threading.Barrier(writers + 1)
+    errors: list[BaseException] = []
+
+    def write(k: int) -> None:
+        """Add one batch to this writer's own conversation, one message per call."""
+        conv = Conv(f"writer-{k}", "c")
+        add = store.add
+        start.wait()
+        try:
+            for msg in batches[k]:
+                add(conv, [msg])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=write, args=(k,), name=f"bench-writer-{k}") for k in range(writers)
+    ]
+    for thread in threads:
+        thread.start()
+    groups0 = committer_groups(store)
+    start.wait()
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    total = sum(len(batches[k]) for k in range(writers))
+    return total / elapsed, total / max(1, committer_groups(store) - groups0)
+
+
+def bench_group_commit(quick: bool, root: Path) -> list[str]:
+    """LevelDBStore sync adds from 1 and 16 writers vs naive synced puts, paired per repeat."""
+    n_naive, n_one, per_writer, repeats = (500, 400, 100, 3) if quick else (3_000, 2_000, 500, 5)
+    many = 16
+    store = LevelDBStore.start_link(root / "commit-store", sync=True)
+    db = plyvel.DB(str(root / "commit-naive"), create_if_missing=True)
+    prefix = keys.conv_prefix(keys.MESSAGE, Conv("naive", "c"))
+    # Per repeat: msgs/s (and msgs per fsync for the store).
+    runs: dict[str, list[tuple[float, float]]] = {"naive": [], "1": [], "16": []}
+    sizes = {"naive": n_naive, "1": n_one, "16": per_writer}
+    seq = itertools.count()
+
+    def run(side: str, n: int) -> tuple[float, float]:
+        """One round of ``side`` with fresh messages (and fresh keys for the naive side)."""
+        if side == "naive":
+            start = next(seq) * n_naive
+            return naive_round(db, prefix, start, messages(start, n)), 1.0
+        writers = int(side)
+        return writers_round(store, writers, [messages(next(seq) * n, n) for _ in range(writers)])
+
+    try:
+        for side in runs:
+            run(side, sizes[side] // 10)  # warm-up
+        for r in range(repeats):
+            for side in rotated(list(runs), r):
+                runs[side].append(run(side, sizes[side]))
+    finally:
+        store.stop()
+        db.close()
+
+    def med(side: str, field: int) -> float:
+        """Median over repeats of one field of a side's runs."""
+        return statistics.median(run[field] for run in runs[side])
+
+    def paired(side: str) -> list[float]:
+        """Store/naive throughput ratios, per repeat."""
+        return [s[0] / b[0] for s, b in zip(runs[side], runs["naive"], strict=True)]
+
+    ok = statistics.median(paired("16")) >= GROUP_COMMIT_GOAL
+    naive = (
+        f"naive plyvel put(sync=True) + packb, 1 thread: {med('naive', 0) / 1e3:.1f}k msgs/s "
+        f"({1e6 / med('naive', 0):.0f} us per fsync)"
+    )
+    lines = []
+    for side, goal in (
+        ("16", f"goal >= {GROUP_COMMIT_GOAL:g}) -> {verdict(ok)}"),
+        ("1", "informational: one writer has nothing to share an fsync with)"),
+    ):
+        count = per_writer * many if side == "16" else n_one
+        lines.append(
+            f"LevelDBStore add(sync=True), {side} writer{'s' if side != '1' else ''} (1 msg per "
+            f"add, own conversations): {med(side, 0) / 1e3:.1f}k msgs/s, "
+            f"{med(side, 1):.1f} msgs per fsync ({med(side, 0) / med(side, 1):.0f} fsyncs/s) | "
+            f"{naive} | store/naive = {ratio_summary(paired(side))} (throughput, paired per "
+            f"repeat, median [min..max] of {repeats} x {count:,} msgs; {goal}"
+        )
+    return lines
+
+
+# -- 3 and 4. LevelDBStore reads from a big database ------------------------------------------
+
+
+class BigDB(NamedTuple):
+    """A LevelDB directory in the store's layout, and what it holds."""
+
+    path: Path
+    big: Conv
+    big_n: int
+    small: Conv
+    cold: list[Conv]
+    total: int
+    build_s: float
+
+
+def write_conversation(db: Any, conv: Conv, packed: list[bytes], n: int) -> None:
+    """Write n messages (cycling ``packed``) and the meta key of ``conv``, unsynced batches."""
+    prefix = keys.conv_prefix(keys.MESSAGE, conv)
+    step = 10_000
+    for start in range(0, n, step):
+        with db.write_batch() as batch:
+            for seq in range(start, min(n, start + step)):
+                batch.put(keys.message_key(prefix, seq), packed[seq % len(packed)])
+    db.put(keys.conv_prefix(keys.META, conv), msgpack.packb([n, n]))
+
+
+def build_big_db(path: Path, n: int) -> BigDB:
+    """Write an n-message conversation, a small one and the reopen test's cold ones."""
+    packed = [msgpack.packb(m, use_bin_type=True) for m in messages(0, 2_000)]
+    big, small = Conv("bench", "big"), Conv("bench", "small")
+    # Users that sort before and after "bench": the cold reads land in different tables.
+    cold = [Conv(f"{u}-{k}", "c") for k in range(REOPEN_REPEATS) for u in ("alpha", "zulu")]
+    t0 = time.perf_counter()
+    db = plyvel.DB(str(path), create_if_missing=True)
+    try:
+        write_conversation(db, big, packed, n)
+        for conv in [small, *cold]:
+            write_conversation(db, conv, packed, SMALL)
+        db.compact_range()  # a settled database: no compaction running under the reads
+    finally:
+        db.close()
+    total = n + SMALL * (1 + len(cold))
+    return BigDB(path, big, n, small, cold, total, time.perf_counter() - t0)
+
+
+def raw_last(db: Any, conv: Conv) -> list[Any]:
+    """The newest ``LAST`` messages of ``conv`` straight from plyvel: the floor of a get."""
+    prefix = keys.conv_prefix(keys.MESSAGE, conv)
+    with db.iterator(prefix=prefix, reverse=True, include_key=False) as it:
+        newest = list(itertools.islice(it, LAST))
+    return [msgpack.unpackb(raw) for raw in reversed(newest)]
+
+
+def bench_flat_get(quick: bool, big: BigDB) -> list[str]:
+    """get(last=50) from the big vs the small conversation, and a raw plyvel read of the big."""
+    n, chunk, repeats = (600, 100, 3) if quick else (2_000, 200, 5)
+    store = LevelDBStore.start_link(big.path)
+    try:
+        if store.count(big.big) != big.big_n:
+            raise AssertionError(f"the store does not see the {big.big} conversation written")
+        db = cast(LevelDBStore, store.resolve().server).db
+        contenders: dict[str, Callable[[], Any]] = {
+            "small": lambda: store.get(big.small, last=LAST),
+            "big": lambda: store.get(big.big, last=LAST),
+            "raw": lambda: raw_last(db, big.big),
+        }
+        if contenders["big"]() != contenders["raw"]():
+            raise AssertionError("the store's get(last=50) differs from the raw read")
+        names = list(contenders)
+        times: dict[str, list[float]] = {name: [] for name in names}  # us per get
+        for read in contenders.values():
+            time_loop(read, chunk)  # warm-up
+        for r in range(repeats):
+            total_ns = dict.fromkeys(names, 0)
+            for k in range(n // chunk):
+                for name in rotated(names, r + k):
+                    total_ns[name] += time_loop(contenders[name], chunk)
+            for name in names:
+                times[name].append(total_ns[name] / n / 1e3)
+    finally:
+        store.stop()
+
+    def paired(a: str, b: str) -> list[float]:
+        """Time ratios a/b, per repeat."""
+        return [x / y for x, y in zip(times[a], times[b], strict=True)]
+
+    flat = paired("big", "small")
+    ok = statistics.median(flat) <= FLAT_GET_GOAL
+    return [
+        f"LevelDBStore get(last={LAST}) from a {big.big_n:,}-message conversation: "
+        f"{statistics.median(times['big']):.0f} us | from a {SMALL:,}-message one "
+        f"{statistics.median(times['small']):.0f} us | big/small time = {ratio_summary(flat)} "
+        f"(paired per repeat, median [min..max] of {repeats} x {n:,}; goal <= "
+        f"{FLAT_GET_GOAL}: flat) -> {verdict(ok)} | raw plyvel reverse iterator + unpackb "
+        f"{statistics.median(times['raw']):.0f} us, store/raw = "
+        f"{ratio_summary(paired('big', 'raw'))} | database of {big.total:,} msgs, "
+        f"{disk_mb(big.path):.0f} MB on disk, written in {big.build_s:.1f} s"
+    ]
+
+
+def disk_mb(path: Path) -> float:
+    """Size of the files in ``path``, in MB."""
+    return sum(f.stat().st_size for f in path.iterdir()) / 1e6
+
+
+def drop_page_cache(path: Path) -> None:
+    """Write back and evict the files of ``path`` from the page cache: the next open is cold."""
+    for file in path.iterdir():
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def reopen_store(big: BigDB, conv: Conv) -> tuple[float, float]:
+    """Start a store on ``big`` and read ``conv`` once; (open s, first get s)."""
+    t0 = time.perf_counter()
+    store = LevelDBStore.start_link(big.path)
+    t1 = time.perf_counter()
+    try:
+        got = store.get(conv, last=LAST)
+        t2 = time.perf_counter()
+    finally:
+        store.stop()
+    if len(got) != LAST:
+        raise AssertionError(f"the first get after reopening returned {len(got)} messages")
+    return t1 - t0, t2 - t1
+
+
+def reopen_raw(big: BigDB, conv: Conv) -> tuple[float, float]:
+    """Open ``big`` with bare plyvel and read ``conv`` once; (open s, first read s)."""
+    t0 = time.perf_counter()
+    db = plyvel.DB(str(big.path))
+    t1 = time.perf_counter()
+    try:
+        got = raw_last(db, conv)
+        t2 = time.perf_counter()
+    finally:
+        db.close()
+    if len(got) != LAST:
+        raise AssertionError(f"the raw read after reopening returned {len(got)} messages")
+    return t1 - t0, t2 - t1
+
+
+def bench_reopen(big: BigDB) -> list[str]:
+    """Reopen + first get of a cold conversation, store vs bare plyvel, 3 paired repeats."""
+    opens: dict[str, Callable[[BigDB, Conv], tuple[float, float]]] = {
+        "store": reopen_store,
+        "raw": reopen_raw,
+    }
+    runs: dict[str, list[tuple[float, float]]] = {side: [] for side in opens}
+    cold = iter(big.cold)
+    for r in range(REOPEN_REPEATS):
+        for side in rotated(list(opens), r):
+            drop_page_cache(big.path)
+            runs[side].append(opens[side](big, next(cold)))
+    totals = {side: [o + g for o, g in runs[side]] for side in opens}
+    ratios = [s / b for s, b in zip(totals["store"], totals["raw"], strict=True)]
+    worst = max(totals["store"])
+    ok = worst < REOPEN_GOAL_S
+
+    def med_ms(side: str, field: int) -> float:
+        """Median over repeats of one phase of a side, in ms."""
+        return statistics.median(run[field] for run in runs[side]) * 1e3
+
+    return [
+        f"reopen LevelDBStore of {big.total:,} msgs + first get(last={LAST}) of a cold "
+        f"conversation: {statistics.median(totals['store']) * 1e3:.1f} ms median, max "
+        f"{worst * 1e3:.1f} ms (start_link {med_ms('store', 0):.1f} ms + get "
+        f"{med_ms('store', 1):.1f} ms; page cache dropped before each open; "
+        f"{REOPEN_REPEATS} repeats; goal < {REOPEN_GOAL_S:g} s) -> {verdict(ok)} | bare "
+        f"plyvel.DB() + the same read {statistics.median(totals['raw']) * 1e3:.1f} ms "
+        f"(open {med_ms('raw', 0):.1f} + read {med_ms('raw', 1):.1f}) | store/raw time = "
+        f"{ratio_summary(ratios)} (paired per repeat)"
+    ]
+
+
+# -- 5. MemoryStore memory --------------------------------------------------------------------
+
+
+def fill_store(n: int, batch: int, convs: list[Conv]) -> tuple[float, float]:
+    """Add n messages to a fresh MemoryStore in batches; (RSS growth bytes, seconds)."""
+    rss0, _ = memory_kib()
+    t0 = time.perf_counter()
+    store = MemoryStore.start_link()
+    try:
+        for b, start in enumerate(range(0, n, batch)):
+            store.add(convs[b % len(convs)], messages(start, batch))
+        elapsed = time.perf_counter() - t0
+        rss1, _ = memory_kib()
+        if sum(store.count(c) for c in convs) != n:
+            raise AssertionError(f"the store does not hold the {n} messages added")
+    finally:
+        store.stop()
+    return (rss1 - rss0) * 1024, elapsed
+
+
+def fill_dict(n: int, batch: int, convs: list[Conv]) -> tuple[float, float]:
+    """The same messages in a plain dict of lists; (RSS growth bytes, seconds)."""
+    rss0, _ = memory_kib()
+    t0 = time.perf_counter()
+    table: dict[Conv, list[dict[str, Any]]] = {}
+    for b, start in enumerate(range(0, n, batch)):
+        table.setdefault(convs[b % len(convs)], []).extend(messages(start, batch))
+    elapsed = time.perf_counter() - t0
+    rss1, _ = memory_kib()
+    del table
+    return (rss1 - rss0) * 1024, elapsed
+
+
+def bench_memory_rss(quick: bool) -> list[str]:
+    """RSS growth of a MemoryStore per million small messages vs a plain dict of lists."""
+    n, batch, n_convs = (100_000, 1_000, 1_000) if quick else (1_000_000, 1_000, 1_000)
+    convs = [Conv(f"user-{k % 100}", f"conv-{k}") for k in range(n_convs)]
+    # The store first: a round that runs second may reuse heap the first one freed.
+    store_bytes, store_s = fill_store(n, batch, convs)
+    dict_bytes, dict_s = fill_dict(n, batch, convs)
+    scaled = "" if n == 1_000_000 else ", scaled to a million"
+    return [
+        f"MemoryStore RSS: +{store_bytes / n * 1e6 / 2**20:.0f} MiB per million small messages "
+        f"({store_bytes / n:.0f} B/msg; {n:,} added in batches of {batch:,} into "
+        f"{min(n_convs, n // batch):,} conversations{scaled}; filled at "
+        f"{n / store_s / 1e3:.0f}k msgs/s) | plain dict of lists of the same messages "
+        f"+{dict_bytes / n * 1e6 / 2**20:.0f} MiB ({dict_bytes / n:.0f} B/msg, filled at "
+        f"{n / dict_s / 1e3:.0f}k msgs/s) | store/dict RSS = "
+        f"{safe_ratio(store_bytes, dict_bytes)} (one round each; fill rates include building "
+        f"the messages)"
+    ]
+
+
+def main(quick: bool) -> list[str]:
+    """Run every store benchmark and return its result lines."""
+    root = Path(tempfile.mkdtemp(prefix="bench-stores-", dir=BENCH_DIR))
+    try:
+        lines = [*bench_memory_add(quick), *bench_memory_get(quick)]
+        lines += bench_group_commit(quick, root)
+        big = build_big_db(root / "big", 100_000 if quick else 1_000_000)
+        lines += [*bench_flat_get(quick, big), *bench_reopen(big)]
+        lines += bench_memory_rss(quick)
+        return lines
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
