@@ -261,20 +261,22 @@ def naive_round(db: Any, prefix: bytes, start: int, batch: list[dict[str, Any]])
 
 
 def writers_round(
-    store: LevelDBStoreHandle, writers: int, batches: list[list[dict[str, Any]]]
+    store: LevelDBStoreHandle, writers: int, batches: list[list[dict[str, Any]]], per_add: int = 1
 ) -> tuple[float, float]:
-    """``writers`` threads each add their batch, one message per add; (msgs/s, msgs per fsync)."""
+    """``writers`` threads each add their batch, ``per_add`` messages per add; (msgs/s, msgs
+    per fsync)."""
     start = threading.Barrier(writers + 1)
     errors: list[BaseException] = []
 
     def write(k: int) -> None:
-        """Add one batch to this writer's own conversation, one message per call."""
+        """Add one batch to this writer's own conversation, ``per_add`` messages per call."""
         conv = Conv(f"writer-{k}", "c")
         add = store.add
+        mine = batches[k]
         start.wait()
         try:
-            for msg in batches[k]:
-                add(conv, [msg])
+            for i in range(0, len(mine), per_add):
+                add(conv, mine[i : i + per_add])
         except BaseException as exc:
             errors.append(exc)
 
@@ -303,8 +305,8 @@ def bench_group_commit(quick: bool, root: Path) -> list[str]:
     db = plyvel.DB(str(root / "commit-naive"), create_if_missing=True)
     prefix = keys.conv_prefix(keys.MESSAGE, Conv("naive", "c"))
     # Per repeat: msgs/s (and msgs per fsync for the store).
-    runs: dict[str, list[tuple[float, float]]] = {"naive": [], "1": [], "16": []}
-    sizes = {"naive": n_naive, "1": n_one, "16": per_writer}
+    runs: dict[str, list[tuple[float, float]]] = {"naive": [], "1": [], "16": [], "16x4": []}
+    sizes = {"naive": n_naive, "1": n_one, "16": per_writer, "16x4": per_writer}
     seq = itertools.count()
 
     def run(side: str, n: int) -> tuple[float, float]:
@@ -312,8 +314,9 @@ def bench_group_commit(quick: bool, root: Path) -> list[str]:
         if side == "naive":
             start = next(seq) * n_naive
             return naive_round(db, prefix, start, messages(start, n)), 1.0
-        writers = int(side)
-        return writers_round(store, writers, [messages(next(seq) * n, n) for _ in range(writers)])
+        writers, _, per_add = side.partition("x")
+        batches = [messages(next(seq) * n, n) for _ in range(int(writers))]
+        return writers_round(store, int(writers), batches, int(per_add or 1))
 
     try:
         for side in runs:
@@ -342,11 +345,14 @@ def bench_group_commit(quick: bool, root: Path) -> list[str]:
     for side, goal in (
         ("16", f"goal >= {GROUP_COMMIT_GOAL:g}) -> {verdict(ok)}"),
         ("1", "informational: one writer has nothing to share an fsync with)"),
+        ("16x4", "informational: a tool-call turn is several messages in one add)"),
     ):
-        count = per_writer * many if side == "16" else n_one
+        count = n_one if side == "1" else per_writer * many
+        writers, _, per_add = side.partition("x")
         lines.append(
-            f"LevelDBStore add(sync=True), {side} writer{'s' if side != '1' else ''} (1 msg per "
-            f"add, own conversations): {med(side, 0) / 1e3:.1f}k msgs/s, "
+            f"LevelDBStore add(sync=True), {writers} writer{'s' if writers != '1' else ''} "
+            f"({per_add or 1} msg{'s' if per_add else ''} per add, own conversations): "
+            f"{med(side, 0) / 1e3:.1f}k msgs/s, "
             f"{med(side, 1):.1f} msgs per fsync ({med(side, 0) / med(side, 1):.0f} fsyncs/s) | "
             f"{naive} | store/naive = {ratio_summary(paired(side))} (throughput, paired per "
             f"repeat, median [min..max] of {repeats} x {count:,} msgs; {goal}"
