@@ -126,6 +126,12 @@ class FrozenList(list[Any]):
         return result
 
 
+class _Checked(FrozenDict):
+    """What ``freeze`` returns: a FrozenDict known to be valid (a hand-built one is not)."""
+
+    __slots__ = ()
+
+
 def thaw(value: Any) -> Any:
     """A mutable deep copy of a (possibly frozen) message or value."""
     if isinstance(value, dict):
@@ -158,10 +164,21 @@ def _fail_at(reason: str, index: int | None, path: Path) -> NoReturn:
     raise InvalidMessage(reason, index=index, field=_field(path) or None)
 
 
+def _check_text(text: str, index: int | None, path: Path) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        _fail_at(f"text is not valid Unicode (a lone surrogate at {exc.start})", index, path)
+
+
 def _freeze_value(value: Any, index: int | None, path: Path, depth: int) -> Any:
     """Check that ``value`` is JSON-like and return a frozen deep copy of it."""
     kind = type(value)
-    if kind is str or kind is bool or value is None:
+    if kind is str:
+        if not value.isascii():
+            _check_text(value, index, path)
+        return value
+    if kind is bool or value is None:
         return value
     if kind is int:
         if not _INT_MIN <= value <= _INT_MAX:
@@ -178,13 +195,15 @@ def _freeze_value(value: Any, index: int | None, path: Path, depth: int) -> Any:
         for key, item in value.items():
             if type(key) is not str:
                 _fail_at(f"dict keys must be str, got {type(key).__name__} {key!r}", index, path)
+            if not key.isascii():
+                _check_text(key, index, (path, key))
             item_kind = type(item)
-            # Most values are strings: keep them off the recursive (and slower) path.
-            if item_kind is str or item is None or item_kind is bool:
+            # Most values are ASCII strings: keep them off the recursive (and slower) path.
+            if (item_kind is str and item.isascii()) or item is None or item_kind is bool:
                 frozen[key] = item
             else:
                 frozen[key] = _freeze_value(item, index, (path, key), depth + 1)
-        return FrozenDict(frozen)
+        return _Checked(frozen) if depth == 0 else FrozenDict(frozen)
     if isinstance(value, list):
         return FrozenList(
             [_freeze_value(item, index, (path, i), depth + 1) for i, item in enumerate(value)]
@@ -290,8 +309,9 @@ def freeze_batch(messages: Any) -> list[FrozenDict]:
         raise InvalidMessage(
             f"a batch is a list of messages, got {type(messages).__name__}", index=None
         )
-    # A FrozenDict was validated when it was frozen (e.g. read back from a store).
-    return [m if type(m) is FrozenDict else freeze(m, i) for i, m in enumerate(messages)]
+    # What freeze made (e.g. read back from a store) was validated then; anything else,
+    # a hand-built FrozenDict included, is checked now.
+    return [m if type(m) is _Checked else freeze(m, i) for i, m in enumerate(messages)]
 
 
 def validate_batch(messages: Any) -> list[dict[str, Any]]:
