@@ -415,7 +415,7 @@ def test_freeze_returns_frozen_containers_all_the_way_down() -> None:
     containers = [v for v in walk(frozen) if isinstance(v, dict | list)]
     assert len(containers) == 14
     for value in containers:
-        assert type(value) in (FrozenDict, FrozenList)
+        assert isinstance(value, FrozenDict | FrozenList)
     assert type(frozen["metadata"]["tags"]) is FrozenList
     assert type(frozen["tool_calls"][0]["function"]) is FrozenDict
 
@@ -490,7 +490,7 @@ def test_augmented_assignment_on_a_frozen_value_raises() -> None:
 
 def assert_plain(value: Any) -> None:
     for item in walk(value):
-        assert type(item) not in (FrozenDict, FrozenList)
+        assert not isinstance(item, FrozenDict | FrozenList)
 
 
 def test_deepcopy_and_thaw_give_plain_mutable_dicts() -> None:
