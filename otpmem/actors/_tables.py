@@ -66,7 +66,11 @@ class Table(Generic[K, V]):
         return data
 
     def mapping(self) -> dict[K, V]:
-        """The live dict, for readers that look up often: read it, never write it."""
+        """The live dict, for readers that look up often: read it, never write it.
+
+        It is emptied when the table is deleted, so a miss must be checked with
+        ``deleted``; a hit is always live data.
+        """
         return self._read()
 
     def get(self, key: K, default: Any = None) -> Any:
@@ -177,8 +181,11 @@ def release_tables(owner: Process) -> None:
         ):
             continue
         with _ownership:
-            table._owner = None
-            table._data = None
+            data, table._owner, table._data = table._data, None, None
+        if data is not None:
+            # Emptied too, so a reader holding the mapping (see Table.mapping) finds nothing
+            # rather than a dead owner's data.
+            data.clear()
 
 
 class TableKeeper(GenServer):

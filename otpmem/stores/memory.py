@@ -114,34 +114,33 @@ class MemoryStoreHandle(StoreClient, Handle):
 
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""
-        # The hot read path, kept flat: each call level costs about as much as the slice.
+        # The hot read path, kept flat: each bytecode costs next to the slice it guards.
+        # One incarnation's table empties only when deleted, so for a handle to a process a
+        # hit needs no liveness check; a named handle checks who holds the name. Stored keys
+        # were validated when added, so a hit needs no validation either: misses and odd
+        # arguments take _get_checked, which raises what bad input deserves.
         fast = self._fast
-        if (
-            fast is None
-            or fast[0].dead
-            or (self._name is not None and lookup(self._name) is not fast[0])
-        ):
-            mapping = self._mapping()
-        else:
-            mapping = fast[1]
-        # Stored keys were validated when added, so a hit needs no check; a miss is checked
-        # so that bad input still gets its error.
-        kind = type(conv)
-        entry: _Snapshot | None = None
-        if kind is str:
+        mapping = fast[1] if fast is not None and self._name is None else self._mapping()
+        try:
             entry = mapping.get(conv)
-        elif kind is Conv:
-            entry = mapping.get(conv if conv[0] is not None else conv[1])
+        except TypeError:  # unhashable: not a conversation
+            entry = None
+        if entry is not None:
+            messages, n = entry
+            if type(last) is int and 0 <= last <= n:
+                return messages[n - last : n]
+            if last is None:
+                return messages[:n]
+        return self._get_checked(conv, last)
+
+    def _get_checked(self, conv: ConvLike, last: int | None) -> list[dict[str, Any]]:
+        key = table_key(as_conv(conv))
+        last = check_last(last)
+        entry = self._mapping().get(key)
         if entry is None:
-            as_conv(conv)
-            check_last(last)
             return []
         messages, n = entry
-        if last is None:
-            return messages[:n]
-        if type(last) is not int or last < 0:
-            check_last(last)
-        return messages[n - last : n] if last <= n else messages[:n]
+        return messages[:n] if last is None or last >= n else messages[n - last : n]
 
     def count(self, conv: ConvLike) -> int:
         """How many messages the conversation holds."""
