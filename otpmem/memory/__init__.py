@@ -1,0 +1,52 @@
+"""Memory policy: providers over stores, id-safe windows, strategies, token counting."""
+
+from .pipeline import PRESETS, Pipeline, PrepareReport
+from .provider import DefaultProvider, MemoryProvider, PipelineProvider
+from .strategies import (
+    SUMMARY_PREFIX,
+    PrepareContext,
+    SlidingWindow,
+    Strategy,
+    Summarization,
+    TokenTruncation,
+)
+from .summarizers import ExtractiveSummarizer, ModelSummarizer, Summarizer
+from .tokens import (
+    DEFAULT_COUNTER,
+    HeuristicCounter,
+    TiktokenCounter,
+    TokenCounter,
+    TokenizerUnavailable,
+    count_all,
+    tiktoken_counter,
+)
+from .window import drop_orphans, is_pinned, safe_window, units
+
+__all__ = [
+    "DEFAULT_COUNTER",
+    "PRESETS",
+    "SUMMARY_PREFIX",
+    "DefaultProvider",
+    "ExtractiveSummarizer",
+    "HeuristicCounter",
+    "MemoryProvider",
+    "ModelSummarizer",
+    "Pipeline",
+    "PipelineProvider",
+    "PrepareContext",
+    "PrepareReport",
+    "SlidingWindow",
+    "Strategy",
+    "Summarization",
+    "Summarizer",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenTruncation",
+    "TokenizerUnavailable",
+    "count_all",
+    "drop_orphans",
+    "is_pinned",
+    "safe_window",
+    "tiktoken_counter",
+    "units",
+]

@@ -1,0 +1,254 @@
+"""Strategies: what a pipeline does to the unpinned messages, in priority order.
+
+Lower priority runs first. Unlike PhoenixAI.Store (whose code runs its window before its
+summarization, against its own guide), ``Summarization`` runs first here: it must see every
+aged message to fold it in; ``SlidingWindow`` then caps what is left, and
+``TokenTruncation`` is the last guard of the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..messages import Conv
+from .summarizers import ExtractiveSummarizer, Summarizer
+from .tokens import DEFAULT_COUNTER, TokenCounter
+from .window import drop_orphans, newest_user_index, units
+
+logger = logging.getLogger("otpmem.memory")
+
+SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+
+
+@dataclass
+class PrepareContext:
+    """What strategies share while preparing one list of messages."""
+
+    counter: TokenCounter = DEFAULT_COUNTER
+    conv: Conv | None = None
+    pinned: list[Mapping[str, Any]] = field(default_factory=list)
+    save_summary: Callable[[dict[str, Any]], None] | None = None
+    reasons: list[str] = field(default_factory=list)
+    summarized: tuple[int, int] | None = None
+    summary: Mapping[str, Any] | None = None
+    fallback: bool = False
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """One step of a pipeline: ``apply`` returns the unpinned messages to keep."""
+
+    priority: int
+
+    def apply(
+        self, messages: list[Mapping[str, Any]], context: PrepareContext
+    ) -> list[Mapping[str, Any]]:
+        """Transform the unpinned messages (never splitting a tool group)."""
+
+
+class SlidingWindow:
+    """Keep the newest ``last`` unpinned messages (minus results whose call fell out)."""
+
+    def __init__(self, last: int = 50, priority: int = 100) -> None:
+        if type(last) is not int or last < 1:
+            raise ValueError(f"SlidingWindow.last must be an int >= 1, got {last!r}")
+        self.last = last
+        self.priority = priority
+
+    def __repr__(self) -> str:
+        return f"SlidingWindow(last={self.last})"
+
+    def apply(
+        self, messages: list[Mapping[str, Any]], context: PrepareContext
+    ) -> list[Mapping[str, Any]]:
+        """Keep the newest ``last``."""
+        if len(messages) <= self.last:
+            return messages
+        kept = drop_orphans(messages[-self.last :])
+        context.reasons.append(f"{self!r}: dropped {len(messages) - len(kept)} older message(s)")
+        return kept
+
+
+class TokenTruncation:
+    """Keep the newest whole tool groups and messages that fit in ``max_tokens``, and always
+    the newest user message (even when it alone is over budget)."""
+
+    def __init__(
+        self, max_tokens: int, counter: TokenCounter | None = None, priority: int = 200
+    ) -> None:
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise ValueError(f"TokenTruncation.max_tokens must be an int >= 1, got {max_tokens!r}")
+        self.max_tokens = max_tokens
+        self.counter = counter
+        self.priority = priority
+
+    def __repr__(self) -> str:
+        return f"TokenTruncation(max_tokens={self.max_tokens})"
+
+    def apply(
+        self, messages: list[Mapping[str, Any]], context: PrepareContext
+    ) -> list[Mapping[str, Any]]:
+        """Keep the newest spans that fit, and the newest user message."""
+        count = (self.counter or context.counter).count
+        spans = units(drop_orphans(messages))
+        budget = self.max_tokens
+        start = len(spans)
+        while start > 0:
+            cost = sum(count(m) for m in spans[start - 1])
+            if cost > budget:
+                break
+            budget -= cost
+            start -= 1
+        kept = [m for span in spans[start:] for m in span]
+        question = newest_user_index(messages)
+        if question is not None and not any(m is messages[question] for m in kept):
+            # The newest question matters more than the budget: without it the model
+            # answers something else. It is a plain message, so no tool group is split.
+            kept.insert(0, messages[question])
+        dropped = len(messages) - len(kept)
+        if dropped:
+            context.reasons.append(
+                f"{self!r}: dropped {dropped} older message(s) over the token budget"
+            )
+        return kept
+
+
+class Summarization:
+    """Fold aged messages into a rolling summary, stored as a pinned system message.
+
+    When ``threshold`` or more messages are not yet covered by a summary, all but the
+    newest ``keep_recent`` (moved back to a tool-group boundary) are summarized together
+    with the previous summary; the new summary records which messages it covers and which
+    summarizer made it, and is reused on later turns until ``threshold`` more pile up. If
+    the summarizer fails, the aged messages are dropped instead (pair-safe truncation) and
+    the report says so.
+    """
+
+    def __init__(
+        self,
+        threshold: int = 20,
+        keep_recent: int = 10,
+        summarizer: Summarizer | None = None,
+        priority: int = 50,
+    ) -> None:
+        if type(threshold) is not int or threshold < 1:
+            raise ValueError(f"Summarization.threshold must be an int >= 1, got {threshold!r}")
+        if type(keep_recent) is not int or not 0 <= keep_recent < threshold:
+            raise ValueError(
+                f"Summarization.keep_recent must be an int in [0, threshold), got {keep_recent!r}"
+            )
+        self.threshold = threshold
+        self.keep_recent = keep_recent
+        self.summarizer = summarizer or ExtractiveSummarizer()
+        self.priority = priority
+        self.failures = 0
+
+    def __repr__(self) -> str:
+        return f"Summarization(threshold={self.threshold}, keep_recent={self.keep_recent})"
+
+    def apply(
+        self, messages: list[Mapping[str, Any]], context: PrepareContext
+    ) -> list[Mapping[str, Any]]:
+        """Reuse the latest summary, or roll a new one when enough messages aged."""
+        previous = _latest_summary(context.pinned)
+        covered = _covered(previous, len(messages))
+        context.pinned = [m for m in context.pinned if not _is_summary(m) or m is previous]
+        if previous is not None and covered:
+            context.summary = previous
+        fresh = messages[covered:]
+        if len(fresh) < self.threshold:
+            if covered:
+                context.reasons.append(
+                    f"{self!r}: reused the summary of messages [0, {covered}); {len(fresh)} since"
+                )
+            return drop_orphans(fresh)
+        cut = _boundary(fresh, len(fresh) - self.keep_recent)
+        aged, recent = fresh[:cut], fresh[cut:]
+        if not aged:
+            return drop_orphans(fresh)
+        previous_text = _summary_text(previous) if covered else None
+        try:
+            text = self.summarizer.summarize(aged, previous_text)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"summarizer returned {text!r}")
+        except Exception as exc:
+            self.failures += 1
+            context.fallback = True
+            context.reasons.append(
+                f"{self!r}: summarizer {self.summarizer.name!r} failed ({exc!r}); dropped "
+                f"{len(aged)} aged message(s) instead (pair-safe truncation)"
+            )
+            logger.warning(
+                "summarizer %s failed, falling back to truncation: %r", self.summarizer.name, exc
+            )
+            return drop_orphans(recent)
+        end = covered + cut
+        summary: dict[str, Any] = {
+            "role": "system",
+            "content": SUMMARY_PREFIX + text,
+            "metadata": {
+                "pinned": True,
+                "summary": {
+                    "covers": [0, end],
+                    "summarizer": self.summarizer.name,
+                    "rolled_from": [0, covered] if covered else None,
+                },
+            },
+        }
+        if context.save_summary is not None:
+            context.save_summary(summary)
+        context.pinned = [m for m in context.pinned if m is not previous] + [summary]
+        context.summary = summary
+        context.summarized = (covered, end)
+        context.reasons.append(
+            f"{self!r}: summarized messages [{covered}, {end}) into a new rolling summary "
+            f"covering [0, {end}) with {self.summarizer.name!r}"
+        )
+        return drop_orphans(recent)
+
+
+def _is_summary(message: Mapping[str, Any]) -> bool:
+    metadata = message.get("metadata")
+    return isinstance(metadata, Mapping) and isinstance(metadata.get("summary"), Mapping)
+
+
+def _latest_summary(pinned: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    summaries = [m for m in pinned if _is_summary(m)]
+    return summaries[-1] if summaries else None
+
+
+def _covered(summary: Mapping[str, Any] | None, available: int) -> int:
+    """How many of the unpinned messages the summary covers (0 if it does not fit them)."""
+    if summary is None:
+        return 0
+    covers = summary["metadata"]["summary"].get("covers")
+    if (
+        isinstance(covers, Sequence)
+        and len(covers) == 2
+        and covers[0] == 0
+        and type(covers[1]) is int
+        and 0 <= covers[1] <= available
+    ):
+        return covers[1]
+    return 0
+
+
+def _summary_text(summary: Mapping[str, Any] | None) -> str | None:
+    if summary is None:
+        return None
+    content = str(summary.get("content") or "")
+    return content.removeprefix(SUMMARY_PREFIX)
+
+
+def _boundary(messages: Sequence[Mapping[str, Any]], cut: int) -> int:
+    """The largest span boundary at or before ``cut``: a tool group is never split."""
+    best = position = 0
+    for span in units(messages):
+        position += len(span)
+        if position > cut:
+            break
+        best = position
+    return best

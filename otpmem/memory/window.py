@@ -1,0 +1,80 @@
+"""Tool-call safety: what a window may cut, and what must go if it does.
+
+A tool result is only valid after the assistant message that asked for it (matched by
+``tool_call_id``); a provider answers 400 to anything else. Every policy here keeps that
+true by construction: windows drop orphaned results, truncation moves whole tool groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Message = Mapping[str, Any]
+
+
+def call_ids(message: Message) -> set[str]:
+    """The ids of the tool calls an assistant message makes (empty for others)."""
+    calls = message.get("tool_calls") or ()
+    return {c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str)}
+
+
+def is_pinned(message: Message) -> bool:
+    """System messages, and messages with ``metadata.pinned``, are never dropped.
+
+    Tool traffic (tool results, assistant tool calls) cannot be pinned: pinning moves a
+    message to the front, which would separate a result from its call.
+    """
+    role = message.get("role")
+    if role == "system":
+        return True
+    if role == "tool" or message.get("tool_calls"):
+        return False
+    metadata = message.get("metadata")
+    return isinstance(metadata, Mapping) and metadata.get("pinned") is True
+
+
+def drop_orphans(messages: Sequence[Message]) -> list[Any]:
+    """The messages minus every tool result whose call is not among the earlier ones kept."""
+    asked: set[str] = set()
+    kept = []
+    for message in messages:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") not in asked:
+                continue
+        elif message.get("tool_calls"):
+            asked |= call_ids(message)
+        kept.append(message)
+    return kept
+
+
+def safe_window(messages: Sequence[Message], n: int) -> list[Any]:
+    """System messages first, in their order, then the newest ``n`` others minus any tool
+    result whose calling assistant message is not kept (beamai's window, matched by id)."""
+    if type(n) is not int or n < 0:
+        raise ValueError(f"window size must be an int >= 0, got {n!r}")
+    systems = [m for m in messages if m.get("role") == "system"]
+    body = [m for m in messages if m.get("role") != "system"]
+    return systems + drop_orphans(body[len(body) - n :] if len(body) > n else body)
+
+
+def units(messages: Sequence[Message]) -> list[list[Any]]:
+    """Split into the spans a cut may fall between: a tool group (an assistant message with
+    tool calls and the results right after it that answer them) is one span."""
+    spans: list[list[Any]] = []
+    open_ids: set[str] = set()
+    for message in messages:
+        if message.get("role") == "tool" and spans and message.get("tool_call_id") in open_ids:
+            spans[-1].append(message)
+            continue
+        spans.append([message])
+        open_ids = call_ids(message)
+    return spans
+
+
+def newest_user_index(messages: Sequence[Message]) -> int | None:
+    """Index of the newest user message, or None."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return None
