@@ -50,7 +50,8 @@ class Strategy(Protocol):
 
 
 class SlidingWindow:
-    """Keep the newest ``last`` unpinned messages (minus results whose call fell out)."""
+    """Keep the newest ``last`` unpinned messages (minus results whose call fell out), and
+    the newest user message even when a long tool loop pushed it out of the window."""
 
     def __init__(self, last: int = 50, priority: int = 100) -> None:
         if type(last) is not int or last < 1:
@@ -67,7 +68,7 @@ class SlidingWindow:
         """Keep the newest ``last``."""
         if len(messages) <= self.last:
             return messages
-        kept = drop_orphans(messages[-self.last :])
+        kept = _with_question(messages, drop_orphans(messages[-self.last :]))
         context.reasons.append(f"{self!r}: dropped {len(messages) - len(kept)} older message(s)")
         return kept
 
@@ -102,12 +103,9 @@ class TokenTruncation:
                 break
             budget -= cost
             start -= 1
-        kept = [m for span in spans[start:] for m in span]
-        question = newest_user_index(messages)
-        if question is not None and not any(m is messages[question] for m in kept):
-            # The newest question matters more than the budget: without it the model
-            # answers something else. It is a plain message, so no tool group is split.
-            kept.insert(0, messages[question])
+        # The newest question matters more than the budget: without it the model answers
+        # something else.
+        kept = _with_question(messages, [m for span in spans[start:] for m in span])
         dropped = len(messages) - len(kept)
         if dropped:
             context.reasons.append(
@@ -165,7 +163,11 @@ class Summarization:
                     f"{self!r}: reused the summary of messages [0, {covered}); {len(fresh)} since"
                 )
             return drop_orphans(fresh)
-        cut = _boundary(fresh, len(fresh) - self.keep_recent)
+        cut = len(fresh) - self.keep_recent
+        question = newest_user_index(fresh)
+        if question is not None:
+            cut = min(cut, question)  # the newest question is answered, not summarized
+        cut = _boundary(fresh, cut)
         aged, recent = fresh[:cut], fresh[cut:]
         if not aged:
             return drop_orphans(fresh)
@@ -208,6 +210,17 @@ class Summarization:
             f"covering [0, {end}) with {self.summarizer.name!r}"
         )
         return drop_orphans(recent)
+
+
+def _with_question(
+    messages: Sequence[Mapping[str, Any]], kept: list[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """``kept``, with the newest user message of ``messages`` put back in front if it fell
+    out (it is a plain message: no tool group is split by keeping it)."""
+    question = newest_user_index(messages)
+    if question is None or any(m is messages[question] for m in kept):
+        return kept
+    return [messages[question], *kept]
 
 
 def _is_summary(message: Mapping[str, Any]) -> bool:
