@@ -22,6 +22,7 @@ test: lint
 demo: $(STAMP)
 	$(PY) examples/supervision_demo.py
 	$(PY) examples/store_recovery_demo.py
+	$(PY) examples/memory_policy_demo.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
