@@ -1,5 +1,15 @@
-"""Models: the ChatModel protocol and what a model answers."""
+"""Models: the ChatModel protocol, a scripted model, and an OpenAI-compatible client."""
 
-from .base import ChatModel, ChatResponse
+from .base import ChatModel, ChatResponse, ModelError
+from .openai import OpenAIClient
+from .scripted import ScriptedModel, as_response, tool_call
 
-__all__ = ["ChatModel", "ChatResponse"]
+__all__ = [
+    "ChatModel",
+    "ChatResponse",
+    "ModelError",
+    "OpenAIClient",
+    "ScriptedModel",
+    "as_response",
+    "tool_call",
+]

@@ -35,3 +35,12 @@ class ChatModel(Protocol):
         **options: Any,
     ) -> ChatResponse:
         """Answer ``messages``; ``tools`` are JSON-schema function specs the model may call."""
+
+
+class ModelError(RuntimeError):
+    """A model call failed; ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable

@@ -1,0 +1,29 @@
+"""The kernel: a model behind onion filters, with tools and a tool loop."""
+
+from .filters import (
+    ChatRequest,
+    Context,
+    Filter,
+    ToolRequest,
+    memory_filter,
+    system_prompt_filter,
+)
+from .kernel import Kernel, KernelError, MaxToolIterations
+from .tools import Tool, encode_result, tool, tool_error, toolset
+
+__all__ = [
+    "ChatRequest",
+    "Context",
+    "Filter",
+    "Kernel",
+    "KernelError",
+    "MaxToolIterations",
+    "Tool",
+    "ToolRequest",
+    "encode_result",
+    "memory_filter",
+    "system_prompt_filter",
+    "tool",
+    "tool_error",
+    "toolset",
+]

@@ -1,0 +1,153 @@
+"""The kernel: one model call through the filters, and the tool loop around it.
+
+Two modes, as in seed 000, each standing alone ("do not mix the two" with an agent):
+
+- full mode (no memory filter): the kernel accumulates the messages locally across tool
+  rounds and sends them all each time;
+- delta mode (``memory_filter(store)`` in the filters): each round sends only what is new
+  (the user's messages, then the tool results); the filter stores it and sends the whole
+  stored conversation. Without a conversation id an ephemeral one is used, and cleared
+  when the invocation ends, also on error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ..llm import ChatModel, ChatResponse
+from .filters import (
+    ChatRequest,
+    Context,
+    Filter,
+    ToolRequest,
+    ephemeral_conversation,
+    run_chat_chain,
+    run_tool_chain,
+    system_prompt_filter,
+)
+from .tools import Tool, tool_error, toolset
+
+
+class KernelError(RuntimeError):
+    """The tool loop could not finish."""
+
+
+class MaxToolIterations(KernelError):
+    """The model kept calling tools past ``max_tool_iterations`` rounds."""
+
+    def __init__(self, limit: int, calls: int) -> None:
+        super().__init__(
+            f"the model still called tools after {limit} round(s) ({calls} call(s) in all); "
+            "raise max_tool_iterations or check the tools' answers"
+        )
+        self.limit = limit
+        self.calls = calls
+
+
+class Kernel:
+    """Model, filters and tools, invoked with a tool loop::
+
+    kernel = Kernel(ScriptedModel(["hi"]), filters=[memory_filter(store)], tools=[add])
+    response, context = kernel.invoke([{"role": "user", "content": "hello"}],
+                                      Context(conversation_id="c1"))
+    """
+
+    def __init__(
+        self,
+        llm: ChatModel,
+        filters: Iterable[Filter] = (),
+        tools: Iterable[Callable[..., Any] | Tool] = (),
+        max_tool_iterations: int = 10,
+    ) -> None:
+        if not isinstance(llm, ChatModel):
+            raise TypeError(f"llm must be a ChatModel (with chat(messages, tools)), got {llm!r}")
+        if type(max_tool_iterations) is not int or max_tool_iterations < 1:
+            raise ValueError(
+                f"max_tool_iterations must be an int >= 1, got {max_tool_iterations!r}"
+            )
+        self.llm = llm
+        self.filters = list(filters)
+        for item in self.filters:
+            if not isinstance(item, Filter):
+                raise TypeError(f"filters are Filter objects, got {item!r}")
+        self.tools = toolset(tools)
+        self.max_tool_iterations = max_tool_iterations
+        self.memory = next((f.memory for f in self.filters if f.memory is not None), None)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        context: Context | None = None,
+        system_prompt: str | None = None,
+        **options: Any,
+    ) -> tuple[ChatResponse, Context]:
+        """One model call through the filters (no tool loop)."""
+        filters = list(self.filters)
+        if system_prompt:
+            filters.append(system_prompt_filter([{"role": "system", "content": system_prompt}]))
+        specs = [t.spec() for t in self.tools.values()] or None
+
+        def terminal(request: ChatRequest) -> tuple[ChatResponse, Context]:
+            response = self.llm.chat(request.messages, specs, **dict(request.options))
+            return response, request.context
+
+        request = ChatRequest(list(messages), context or Context(), options)
+        response, out = run_chat_chain(filters, terminal, request)
+        return response, out
+
+    def run_tool(self, call: Mapping[str, Any], context: Context) -> dict[str, Any]:
+        """Run one tool call through the ``around_tool`` filters; the tool message."""
+        function = call.get("function") or {}
+        name = str(function.get("name", ""))
+        found = self.tools.get(name)
+        if found is None:
+            content = tool_error(LookupError(f"no tool named {name!r}"), kind="tool_not_found")
+        else:
+            request = ToolRequest(found, call, str(function.get("arguments", "{}")), context)
+            content = run_tool_chain(self.filters, lambda r: r.tool.run(r.arguments), request)
+        return {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
+
+    def invoke(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        context: Context | None = None,
+        system_prompt: str | None = None,
+        **options: Any,
+    ) -> tuple[ChatResponse, Context]:
+        """Call the model, run the tools it asks for, repeat until it answers."""
+        context = context or Context()
+        if self.memory is not None and context.conversation_id is None:
+            context = dataclasses.replace(
+                context, conversation_id=ephemeral_conversation(), ephemeral=True
+            )
+        try:
+            return self._loop(list(messages), context, system_prompt, options)
+        finally:
+            if context.ephemeral and self.memory is not None:
+                assert context.conversation_id is not None
+                self.memory.clear(context.conversation_id)
+
+    def _loop(
+        self,
+        messages: list[Mapping[str, Any]],
+        context: Context,
+        system_prompt: str | None,
+        options: dict[str, Any],
+    ) -> tuple[ChatResponse, Context]:
+        delta = self.memory is not None
+        sent: Sequence[Mapping[str, Any]] = messages
+        calls = 0
+        for _ in range(self.max_tool_iterations):
+            response, context = self.chat(sent, context, system_prompt, **options)
+            if not response.tool_calls:
+                return response, context
+            results = [self.run_tool(call, context) for call in response.tool_calls]
+            calls += len(results)
+            if delta:
+                sent = results  # the memory filter stored the assistant turn already
+            else:
+                messages = [*messages, response.to_message(), *results]
+                sent = messages
+        raise MaxToolIterations(self.max_tool_iterations, calls)

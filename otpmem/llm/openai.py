@@ -1,0 +1,169 @@
+"""An OpenAI-compatible chat client (OpenAI, vLLM, Ollama, llama.cpp servers) on httpx.
+
+Timeouts on every request; retries on 429 and 5xx (and on connection errors) with
+exponential backoff that honours ``Retry-After``; tool calls and usage mapped into
+``ChatResponse``. Message metadata never goes on the wire.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from .base import ChatResponse, ModelError
+
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+WIRE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+
+
+class OpenAIClient:
+    """``chat(messages, tools=None, **options)`` against ``{base_url}/chat/completions``::
+
+    model = OpenAIClient("gpt-4o-mini")                          # OPENAI_API_KEY from env
+    model = OpenAIClient("llama3", base_url="http://localhost:11434/v1")
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str = "https://api.openai.com/v1",
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ValueError("model must be a non-empty str")
+        if max_retries < 0 or backoff < 0 or timeout <= 0:
+            raise ValueError("max_retries and backoff must be >= 0, timeout > 0")
+        self.model = model
+        self.name = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._sleep = sleep
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        all_headers = {"content-type": "application/json", **(headers or {})}
+        if key:
+            all_headers["authorization"] = f"Bearer {key}"
+        self._http = httpx.Client(timeout=timeout, headers=all_headers, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"OpenAIClient({self.model!r}, {self.url!r})"
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> ChatResponse:
+        """Send the messages; raise ``ModelError`` once retries are exhausted or on a 4xx."""
+        body: dict[str, Any] = {"model": self.model, "messages": [wire(m) for m in messages]}
+        if tools:
+            body["tools"] = list(tools)
+            body["tool_choice"] = options.pop("tool_choice", "auto")
+        body.update(options)
+        last_error = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = self._http.post(self.url, json=body)
+            except httpx.TimeoutException as exc:
+                last_error = f"timed out: {exc}"
+                delay = self._delay(attempt, None)
+            except httpx.TransportError as exc:
+                last_error = f"connection failed: {exc}"
+                delay = self._delay(attempt, None)
+            else:
+                if response.status_code == 200:
+                    return parse(response)
+                last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+                if response.status_code not in RETRY_STATUS:
+                    raise ModelError(
+                        f"{self.url} answered {last_error}", status=response.status_code
+                    )
+                delay = self._delay(attempt, response.headers.get("retry-after"))
+            if attempt < self.max_retries:
+                self._sleep(delay)
+        raise ModelError(
+            f"{self.url} failed after {self.max_retries + 1} attempt(s): {last_error}",
+            retryable=True,
+        )
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        asked = retry_after_seconds(retry_after)
+        if asked is not None:
+            return min(asked, self.max_backoff)
+        return float(min(self.backoff * 2**attempt, self.max_backoff))
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def wire(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The message as the API takes it: known fields only (metadata stays home)."""
+    return {k: message[k] for k in WIRE_FIELDS if k in message}
+
+
+def parse(response: httpx.Response) -> ChatResponse:
+    """Map a chat-completions body into a ChatResponse."""
+    try:
+        data = response.json()
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ModelError(f"unexpected response body: {response.text[:300]}") from exc
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        calls.append(
+            {
+                "id": str(call.get("id") or ""),
+                "type": "function",
+                "function": {
+                    "name": str(function.get("name") or ""),
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+        )
+    usage = data.get("usage") or None
+    if usage:
+        usage = {
+            "input_tokens": int(usage.get("prompt_tokens", 0)),
+            "output_tokens": int(usage.get("completion_tokens", 0)),
+            "total_tokens": int(usage.get("total_tokens", 0)),
+        }
+    return ChatResponse(
+        content=message.get("content"),
+        tool_calls=tuple(calls),
+        usage=usage,
+        finish_reason=choice.get("finish_reason") or "stop",
+    )
