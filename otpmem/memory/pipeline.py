@@ -31,7 +31,11 @@ PRESETS = ("default", "aggressive", "summarize")
 @dataclass
 class PrepareReport:
     """What ``prepare`` did: the messages it returns and, by input index, what became of the
-    input (kept, dropped, pinned, summarized), tokens per part, and the reasons."""
+    input (pinned, kept, dropped), tokens per part, and the reasons.
+
+    ``summarized`` is the range newly folded into a summary by this call, numbered as the
+    summary's ``metadata.summary.covers`` is: over the conversation's unpinned messages.
+    """
 
     messages: list[Mapping[str, Any]]
     pinned: list[int] = field(default_factory=list)
@@ -68,10 +72,11 @@ class Pipeline:
     def __init__(
         self, strategies: Iterable[Strategy] = (), counter: TokenCounter | None = None
     ) -> None:
-        self.strategies = sorted(strategies, key=lambda s: s.priority)
-        for strategy in self.strategies:
+        given = list(strategies)
+        for strategy in given:
             if not isinstance(strategy, Strategy):
                 raise TypeError(f"{strategy!r} is not a Strategy (needs priority and apply)")
+        self.strategies = sorted(given, key=lambda s: s.priority)
         self.counter = counter or DEFAULT_COUNTER
 
     def __repr__(self) -> str:
@@ -96,7 +101,7 @@ class Pipeline:
         save_summary: Callable[[dict[str, Any]], None] | None = None,
     ) -> list[Mapping[str, Any]]:
         """The messages to send."""
-        return self.explain(messages, conv, save_summary).messages
+        return self._run(messages, conv, save_summary)[0]
 
     def explain(
         self,
@@ -105,14 +110,23 @@ class Pipeline:
         save_summary: Callable[[dict[str, Any]], None] | None = None,
     ) -> PrepareReport:
         """Run the pipeline and report what it did with every input message."""
-        pinned = [m for m in messages if is_pinned(m)]
-        rest = [m for m in messages if not is_pinned(m)]
+        output, context = self._run(messages, conv, save_summary)
+        return report(messages, output, context, self.counter)
+
+    def _run(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        conv: Conv | None,
+        save_summary: Callable[[dict[str, Any]], None] | None,
+    ) -> tuple[list[Mapping[str, Any]], PrepareContext]:
+        pinned: list[Mapping[str, Any]] = []
+        rest: list[Mapping[str, Any]] = []
+        for message in messages:
+            (pinned if is_pinned(message) else rest).append(message)
         context = PrepareContext(self.counter, conv, pinned, save_summary)
         for strategy in self.strategies:
             rest = strategy.apply(rest, context)
-        rest = drop_orphans(rest)
-        output = [*context.pinned, *rest]
-        return report(messages, output, context, self.counter)
+        return [*context.pinned, *drop_orphans(rest)], context
 
 
 def report(

@@ -64,11 +64,14 @@ class DefaultProvider:
         read: a turn's cost does not grow with the conversation)."""
         if self.window is None:
             return self.store.get(conv)
-        tail = self.store.get(conv, last=self.window)
-        systems = sum(1 for m in tail if m.get("role") == "system")
-        if systems:
-            tail = self.store.get(conv, last=self.window + systems)
-        return tail
+        want = self.window
+        while True:
+            tail = self.store.get(conv, last=want)
+            others = sum(1 for m in tail if m.get("role") != "system")
+            if others >= self.window or len(tail) < want:
+                return tail
+            # System messages in the tail took places of others: read further back.
+            want += self.window - others
 
     def append(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
         """Store ``messages`` (validated whole first)."""

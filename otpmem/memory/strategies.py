@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..messages import Conv
 from .summarizers import ExtractiveSummarizer, Summarizer
 from .tokens import DEFAULT_COUNTER, TokenCounter
-from .window import drop_orphans, newest_user_index, units
+from .window import call_ids, drop_orphans, newest_user_index, units
 
 logger = logging.getLogger("otpmem.memory")
 
@@ -94,18 +94,40 @@ class TokenTruncation:
     ) -> list[Mapping[str, Any]]:
         """Keep the newest spans that fit, and the newest user message."""
         count = (self.counter or context.counter).count
-        spans = units(drop_orphans(messages))
-        budget = self.max_tokens
-        start = len(spans)
-        while start > 0:
-            cost = sum(count(m) for m in spans[start - 1])
-            if cost > budget:
-                break
-            budget -= cost
-            start -= 1
-        # The newest question matters more than the budget: without it the model answers
-        # something else.
-        kept = _with_question(messages, [m for span in spans[start:] for m in span])
+        question = newest_user_index(messages)
+        # The newest question matters more than the budget (without it the model answers
+        # something else): its cost is set aside first; alone over budget, it is kept anyway
+        # with the newer messages that fit the budget on their own, and nothing older.
+        asking = count(messages[question]) if question is not None else 0
+        budget = self.max_tokens - asking if asking <= self.max_tokens else self.max_tokens
+        spans: list[list[Mapping[str, Any]]] = []
+        # From the newest end, one span at a time, stopping at the budget: the cost is what
+        # is kept, not the conversation's length.
+        end = len(messages)
+        while end > 0:
+            start = end - 1
+            if messages[start].get("role") == "tool":
+                while start >= 0 and messages[start].get("role") == "tool":
+                    start -= 1
+                if start < 0 or not messages[start].get("tool_calls"):
+                    end = start + 1  # results with no call in front: orphans, never sent
+                    continue
+                asked = call_ids(messages[start])
+                span = [messages[start]] + [
+                    m for m in messages[start + 1 : end] if m.get("tool_call_id") in asked
+                ]
+            else:
+                span = [messages[start]]
+            if start != question:
+                cost = sum(count(m) for m in span)
+                if cost > budget:
+                    break
+                budget -= cost
+            spans.append(span)
+            if start == question and asking > self.max_tokens:
+                break  # the question alone is over budget: nothing older goes with it
+            end = start
+        kept = _with_question(messages, [m for span in reversed(spans) for m in span])
         dropped = len(messages) - len(kept)
         if dropped:
             context.reasons.append(

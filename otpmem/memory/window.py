@@ -15,8 +15,10 @@ Message = Mapping[str, Any]
 
 def call_ids(message: Message) -> set[str]:
     """The ids of the tool calls an assistant message makes (empty for others)."""
-    calls = message.get("tool_calls") or ()
-    return {c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str)}
+    calls = message.get("tool_calls")
+    if not calls:
+        return set()
+    return {c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)}
 
 
 def is_pinned(message: Message) -> bool:
@@ -28,10 +30,10 @@ def is_pinned(message: Message) -> bool:
     role = message.get("role")
     if role == "system":
         return True
-    if role == "tool" or message.get("tool_calls"):
-        return False
     metadata = message.get("metadata")
-    return isinstance(metadata, Mapping) and metadata.get("pinned") is True
+    if metadata is None or role == "tool" or message.get("tool_calls"):
+        return False
+    return isinstance(metadata, dict) and metadata.get("pinned") is True
 
 
 def drop_orphans(messages: Sequence[Message]) -> list[Any]:
