@@ -1,10 +1,28 @@
-"""otpmem: supervised conversation memory for LLM agents, on an OTP-style actor runtime."""
+"""otpmem: supervised conversation memory for LLM agents, on an OTP-style actor runtime.
+
+::
+
+    import otpmem
+    with otpmem.running(data_dir="data"):
+        store = otpmem.default_store()
+"""
 
 import logging
+
+from .app import AppError, running, start, start_agent, stop
+from .stores import default_store
 
 logging.getLogger("otpmem").addHandler(logging.NullHandler())
 
 version = "0.1.0"
 __version__ = version
 
-__all__ = ["version"]
+__all__ = [
+    "AppError",
+    "default_store",
+    "running",
+    "start",
+    "start_agent",
+    "stop",
+    "version",
+]

@@ -10,10 +10,12 @@ from ._base import (
     StoreLocked,
     StoreUnavailable,
 )
+from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
 from .memory import MemoryStore, MemoryStoreHandle
 
 __all__ = [
+    "DEFAULT_STORE_NAME",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "ChatMemory",
@@ -26,4 +28,5 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreUnavailable",
+    "default_store",
 ]

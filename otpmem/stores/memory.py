@@ -233,7 +233,7 @@ class MemoryStore(GenServer):
 
         return ChildSpec(child_id or name, start=start_pair, type="supervisor")
 
-    def init(self, heir: Handle | None, table_name: str) -> None:
+    def init(self, heir: Handle | None = None, table_name: str = "otpmem.memory") -> None:
         adopted = claim_table(heir, table_name) if heir is not None else None
         self.adopted = adopted is not None
         self.table: Table[TableKey, _Snapshot] = adopted or new_table(table_name, heir=heir)

@@ -1,0 +1,120 @@
+"""What an agent is made of, checked at start: memory forms, callbacks, one writer per
+conversation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..llm import ChatResponse
+from ..memory import DefaultProvider, MemoryProvider
+from ..messages import Conv
+from ..stores import ChatMemory, default_store
+
+logger = logging.getLogger("otpmem.agents")
+
+MEMORY_FORMS = (
+    'omitted or "default" (the shared default store), {"window": n}, {"store": store}, '
+    "a MemoryProvider, or False/None (no memory)"
+)
+
+
+def resolve_memory(memory: Any) -> MemoryProvider | None:
+    """Turn one of beamai's five memory forms into a provider; anything else raises now."""
+    if memory is None or memory is False:
+        return None
+    if isinstance(memory, str):
+        if memory == "default":
+            return DefaultProvider(default_store())
+        raise ValueError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
+    if isinstance(memory, Mapping):
+        if set(memory) == {"window"}:
+            window = memory["window"]
+            if type(window) is not int or window < 1:
+                raise ValueError(f'memory={{"window": n}} needs an int n >= 1, got {window!r}')
+            return DefaultProvider(default_store(), window)
+        if set(memory) == {"store"}:
+            store = memory["store"]
+            if not isinstance(store, ChatMemory):
+                raise TypeError(f'memory={{"store": ...}} needs a ChatMemory store, got {store!r}')
+            return DefaultProvider(store)
+        raise ValueError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
+    if isinstance(memory, MemoryProvider):
+        return memory
+    raise TypeError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
+
+
+@dataclass
+class Callbacks:
+    """Hooks into a turn; their exceptions are logged, never raised into the turn.
+
+    Each receives ``meta`` (agent, conversation, turn, run id) first.
+    """
+
+    on_turn_start: Callable[[dict[str, Any]], Any] | None = None
+    on_turn_end: Callable[[dict[str, Any], Any], Any] | None = None
+    on_turn_error: Callable[[dict[str, Any], BaseException], Any] | None = None
+    on_model_call: Callable[[dict[str, Any], list[Any]], Any] | None = None
+    on_model_result: Callable[[dict[str, Any], ChatResponse], Any] | None = None
+    on_tool_call: Callable[[dict[str, Any], Mapping[str, Any]], Any] | None = None
+    on_tool_result: Callable[[dict[str, Any], Mapping[str, Any]], Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def fire(self, name: str, *args: Any) -> None:
+        """Call hook ``name`` if set; log what it raises."""
+        hook = getattr(self, name, None)
+        if hook is None:
+            return
+        try:
+            hook(*args)
+        except Exception:
+            logger.exception("agent callback %s raised; the turn goes on", name)
+
+
+def as_callbacks(callbacks: Callbacks | Mapping[str, Any] | None) -> Callbacks:
+    """Callbacks from a Callbacks, a dict of hooks, or None."""
+    if callbacks is None:
+        return Callbacks()
+    if isinstance(callbacks, Callbacks):
+        return callbacks
+    if isinstance(callbacks, Mapping):
+        known = set(Callbacks.__dataclass_fields__) - {"extra"}
+        unknown = set(callbacks) - known
+        if unknown:
+            raise ValueError(f"unknown callbacks {sorted(unknown)}; known: {sorted(known)}")
+        return Callbacks(**callbacks)
+    raise TypeError(f"callbacks must be a Callbacks or a dict of hooks, got {callbacks!r}")
+
+
+class ConversationBusy(RuntimeError):
+    """Another turn is writing this conversation (``on_busy="refuse"``, or the wait ran out)."""
+
+
+class _Writers:
+    """One lock per (store, conversation): two turns never interleave their writes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[Hashable, threading.Lock] = {}
+
+    def lock_for(self, key: Hashable) -> threading.Lock:
+        with self._lock:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.Lock()
+            return lock
+
+
+writers = _Writers()
+
+
+def writer_key(provider: MemoryProvider, conv: Conv) -> Hashable:
+    """What identifies a conversation across agents: its store (by name if it has one)."""
+    store = getattr(provider, "store", None)
+    if store is None:
+        return (id(provider), conv)
+    name = getattr(store, "name", None)
+    return (name or id(getattr(store, "_process", store)), conv)

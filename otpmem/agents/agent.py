@@ -1,0 +1,301 @@
+"""The Agent: a server that runs turns of a tool loop over its conversation's memory.
+
+A turn, in beamai's order (read-your-writes throughout): load history, heal any dangling
+tool calls a failed turn left, store the user message, then repeat prepare -> model ->
+store the assistant message (its text kept beside any tool calls) -> run the tools -> store
+their results (with ``name``), until the model answers. Writes are incremental, so a turn
+that fails leaves a valid history behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..actors import GenServer, Handle
+from ..actors._process import current
+from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
+from ..llm import ChatModel, ChatResponse
+from ..memory import MemoryProvider
+from ..messages import Conv, InvalidMessage, as_conv, check_user_id, validate
+from ._config import (
+    Callbacks,
+    ConversationBusy,
+    as_callbacks,
+    resolve_memory,
+    writer_key,
+    writers,
+)
+
+RUN_TIMEOUT = 300.0
+CANCELLED = json.dumps(
+    {"error": {"type": "cancelled", "message": "the turn that made this call ended before it ran"}}
+)
+
+
+class TurnFailed(RuntimeError):
+    """A turn could not finish (model error, too many tool rounds); history stays valid."""
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A finished turn: the answer, and every message the turn added, in order."""
+
+    content: str | None
+    messages: list[dict[str, Any]]
+    response: ChatResponse
+    iterations: int
+    tool_calls: int = 0
+    healed: list[str] = field(default_factory=list)
+
+
+class AgentHandle(Handle):
+    """A handle to an Agent: ``run`` a turn, read or clear its conversation."""
+
+    __slots__ = ()
+
+    def run(self, text: str, timeout: float | None = RUN_TIMEOUT) -> TurnResult:
+        """Run one turn with user message ``text``; ``TurnFailed`` if it cannot finish."""
+        result: TurnResult = self.call(("run", text), timeout)
+        return result
+
+    def messages(self, timeout: float | None = 5.0) -> list[dict[str, Any]]:
+        """The conversation's stored messages ([] without memory)."""
+        result: list[dict[str, Any]] = self.call(("messages",), timeout)
+        return result
+
+    def add_message(self, message: Mapping[str, Any], timeout: float | None = 5.0) -> None:
+        """Store one message in the conversation (nothing without memory)."""
+        self.call(("add_message", message), timeout)
+
+    def clear_messages(self, timeout: float | None = 5.0) -> None:
+        """Forget the conversation."""
+        self.call(("clear",), timeout)
+
+    def info(self, timeout: float | None = 5.0) -> dict[str, Any]:
+        """Conversation, turn count and settings."""
+        result: dict[str, Any] = self.call(("info",), timeout)
+        return result
+
+
+class Agent(GenServer):
+    """An LLM agent as a supervised server::
+
+    agent = Agent.start_link(llm=ScriptedModel(["hi"]), memory={"window": 20})
+    agent.run("hello").content   # "hi"
+    agent.messages()             # [user hello, assistant hi]
+    """
+
+    caller_errors = (TurnFailed, ConversationBusy, InvalidMessage, ValueError, TypeError)
+    handle_class = AgentHandle
+
+    @classmethod
+    def start_link(  # type: ignore[override]
+        cls,
+        llm: ChatModel,
+        memory: Any = "default",
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        system_prompt: str | None = None,
+        tools: Iterable[Callable[..., Any] | Tool] = (),
+        max_tool_iterations: int = 10,
+        *,
+        filters: Iterable[Filter] = (),
+        callbacks: Callbacks | Mapping[str, Any] | None = None,
+        on_busy: str = "wait",
+        busy_timeout: float = 60.0,
+        agent_name: str = "agent",
+        name: str | None = None,
+    ) -> AgentHandle:
+        """Start an agent linked to the caller; every argument is checked here, not later."""
+        config = _Config(
+            kernel=Kernel(llm, filters, tools, max_tool_iterations),
+            provider=resolve_memory(memory),
+            conv=as_conv(
+                Conv(check_user_id(user_id), conversation_id or f"conv-{uuid.uuid4().hex[:16]}")
+            ),
+            system_prompt=_check_prompt(system_prompt),
+            callbacks=as_callbacks(callbacks),
+            on_busy=_check_busy(on_busy),
+            busy_timeout=busy_timeout,
+            agent_name=agent_name,
+        )
+        if config.provider is not None and config.kernel.memory is not None:
+            raise ValueError(
+                "a memory_filter in an agent's filters would store every message twice; "
+                "give the agent memory=... or the filter, not both"
+            )
+        handle = cls._spawn((config,), {}, current(), name, None, 5.0)
+        assert isinstance(handle, AgentHandle)
+        return handle
+
+    def init(self, config: _Config) -> None:
+        self.config = config
+        self.turns = 0
+
+    def handle_call(self, message: Any) -> Any:
+        if not isinstance(message, tuple) or not message:
+            raise ValueError(f"Agent does not understand {message!r}")
+        kind, *args = message
+        provider, conv = self.config.provider, self.config.conv
+        if kind == "run":
+            return self._turn(*args)
+        if kind == "messages":
+            return [] if provider is None else provider.history(conv)
+        if kind == "add_message":
+            if provider is not None:
+                provider.append(conv, [validate(args[0])])
+            return None
+        if kind == "clear":
+            if provider is not None:
+                provider.clear(conv)
+            return None
+        if kind == "info":
+            return {
+                "agent_name": self.config.agent_name,
+                "conversation": conv,
+                "turn_count": self.turns,
+                "memory": repr(provider),
+                "max_tool_iterations": self.config.kernel.max_tool_iterations,
+            }
+        raise ValueError(f"Agent does not understand {message!r}")
+
+    # -- a turn -----------------------------------------------------------------------------
+
+    def _turn(self, text: Any) -> TurnResult:
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"run needs a non-empty str, got {text!r}")
+        config = self.config
+        meta = {
+            "agent_name": config.agent_name,
+            "agent_pid": self.pid,
+            "conversation": config.conv,
+            "turn_count": self.turns,
+            "run_id": uuid.uuid4().hex,
+        }
+        config.callbacks.fire("on_turn_start", meta)
+        lock = self._writer_lock()
+        try:
+            try:
+                result = self._loop(text, meta)
+            finally:
+                if lock is not None:
+                    lock.release()
+        except Exception as exc:
+            config.callbacks.fire("on_turn_error", meta, exc)
+            if isinstance(exc, TurnFailed | InvalidMessage):
+                raise
+            raise TurnFailed(f"the turn failed: {exc}") from exc
+        self.turns += 1
+        config.callbacks.fire("on_turn_end", meta, result)
+        return result
+
+    def _writer_lock(self) -> threading.Lock | None:
+        provider = self.config.provider
+        if provider is None:
+            return None
+        lock = writers.lock_for(writer_key(provider, self.config.conv))
+        waited = (
+            lock.acquire(timeout=self.config.busy_timeout)
+            if self.config.on_busy == "wait"
+            else lock.acquire(blocking=False)
+        )
+        if not waited:
+            raise ConversationBusy(
+                f"conversation {self.config.conv} is being written by another turn "
+                f"(on_busy={self.config.on_busy!r})"
+            )
+        return lock
+
+    def _loop(self, text: str, meta: dict[str, Any]) -> TurnResult:
+        config = self.config
+        provider, conv, kernel = config.provider, config.conv, config.kernel
+        history = provider.history(conv) if provider is not None else []
+        healed = _dangling(history)
+        added: list[dict[str, Any]] = []
+        if healed:
+            repairs = [
+                {"role": "tool", "tool_call_id": call_id, "name": name, "content": CANCELLED}
+                for call_id, name in healed
+            ]
+            self._store(repairs, history, added)
+        self._store([{"role": "user", "content": text}], history, added)
+        context = Context(conversation_id=conv)
+        calls = 0
+        for iteration in range(1, kernel.max_tool_iterations + 1):
+            to_send = provider.prepare(conv, history) if provider is not None else list(history)
+            config.callbacks.fire("on_model_call", meta, to_send)
+            response, context = kernel.chat(to_send, context, config.system_prompt)
+            config.callbacks.fire("on_model_result", meta, response)
+            if response.content is not None or response.tool_calls:
+                self._store([response.to_message()], history, added)
+            if not response.tool_calls:
+                return TurnResult(
+                    response.content, added, response, iteration, calls, [c for c, _ in healed]
+                )
+            results = []
+            for call in response.tool_calls:
+                config.callbacks.fire("on_tool_call", meta, call)
+                result = kernel.run_tool(call, context)
+                config.callbacks.fire("on_tool_result", meta, result)
+                results.append(result)
+            calls += len(results)
+            self._store(results, history, added)
+        raise TurnFailed(str(MaxToolIterations(kernel.max_tool_iterations, calls)))
+
+    def _store(
+        self, messages: list[dict[str, Any]], history: list[Any], added: list[dict[str, Any]]
+    ) -> None:
+        if self.config.provider is not None:
+            self.config.provider.append(self.config.conv, messages)
+        history.extend(messages)
+        added.extend(messages)
+
+
+@dataclass
+class _Config:
+    kernel: Kernel
+    provider: MemoryProvider | None
+    conv: Conv
+    system_prompt: str | None
+    callbacks: Callbacks
+    on_busy: str
+    busy_timeout: float
+    agent_name: str
+
+
+def _dangling(history: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Tool calls of the last assistant message that no result answers, if only results
+    follow it: what a turn that died mid-loop leaves (healed with cancelled results)."""
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.get("role") == "tool":
+            continue
+        calls = message.get("tool_calls") or ()
+        if message.get("role") != "assistant" or not calls:
+            return []
+        answered = {m.get("tool_call_id") for m in history[index + 1 :]}
+        return [
+            (c["id"], str(c.get("function", {}).get("name", "")))
+            for c in calls
+            if c["id"] not in answered
+        ]
+    return []
+
+
+def _check_prompt(prompt: Any) -> str | None:
+    if prompt is None or prompt == "":
+        return None
+    if not isinstance(prompt, str):
+        raise TypeError(f"system_prompt must be a str, got {prompt!r}")
+    return prompt
+
+
+def _check_busy(on_busy: Any) -> str:
+    if on_busy not in ("wait", "refuse"):
+        raise ValueError(f"on_busy must be 'wait' or 'refuse', got {on_busy!r}")
+    return str(on_busy)
