@@ -23,6 +23,7 @@ demo: $(STAMP)
 	$(PY) examples/supervision_demo.py
 	$(PY) examples/store_recovery_demo.py
 	$(PY) examples/memory_policy_demo.py
+	$(PY) examples/agents_demo.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

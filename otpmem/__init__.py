@@ -9,7 +9,7 @@
 
 import logging
 
-from .app import AppError, running, start, start_agent, stop
+from .app import AppError, running, running_agents, start, start_agent, stop
 from .stores import default_store
 
 logging.getLogger("otpmem").addHandler(logging.NullHandler())
@@ -21,6 +21,7 @@ __all__ = [
     "AppError",
     "default_store",
     "running",
+    "running_agents",
     "start",
     "start_agent",
     "stop",

@@ -116,6 +116,14 @@ def default_store_handle() -> Any:
     return type(handle).named(DEFAULT_STORE_NAME)
 
 
+def running_agents() -> list[AgentHandle]:
+    """The agents running under the application, oldest first."""
+    agents: Any = whereis(AGENTS_NAME)
+    if agents is None:
+        raise AppError("otpmem is not running")
+    return [c.handle for c in agents.which_children() if c.handle is not None]
+
+
 def start_agent(**options: Any) -> AgentHandle:
     """Start an agent under the application's agent supervisor (restarted if it crashes)."""
     agents = whereis(AGENTS_NAME)
