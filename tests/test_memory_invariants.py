@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from otpmem.memory import (
+    DEFAULT_COUNTER,
     PRESETS,
     SUMMARY_PREFIX,
     DefaultProvider,
@@ -598,11 +599,27 @@ def _check_budget(messages: Sequence[Message], pipeline: Pipeline, out: list[Any
             )
 
 
+@st.composite
+def truncation_cases(draw: st.DrawFn) -> tuple[list[Any], TokenCounter | None, int]:
+    """A history, a counter, and a budget: absolute (tiny or wide), or the cost of the newest
+    k messages plus a few tokens either way, so that cuts land at and inside tool groups."""
+    messages = draw(histories())
+    counter = draw(st.sampled_from(COUNTERS))
+    if draw(st.booleans()):
+        return messages, counter, draw(budgets())
+    count = (counter or DEFAULT_COUNTER).count
+    body = _drop_orphans([m for m in messages if not _pinned(m)])
+    k = draw(st.integers(0, len(body)))
+    cost = sum(count(m) for m in body[len(body) - k :])
+    return messages, counter, max(1, cost + draw(st.integers(-3, 3)))
+
+
 @prop()
-@given(messages=histories(), budget=budgets(), counter=st.sampled_from(COUNTERS))
+@given(case=truncation_cases())
 def test_token_truncation_keeps_newest_whole_groups_within_budget(
-    messages: list[Any], budget: int, counter: TokenCounter | None
+    case: tuple[list[Any], TokenCounter | None, int],
 ) -> None:
+    messages, counter, budget = case
     pipeline = Pipeline([TokenTruncation(budget, counter)])
     note(describe(pipeline))
     out = pipeline.run(messages)

@@ -183,10 +183,11 @@ class LevelDBStore(GenServer):
         sync: bool = True,
         *,
         lock_timeout: float = 5.0,
+        create: bool = True,
         faults: FaultPlan | None = None,
         start_timeout: float | None = 30.0,
     ) -> LevelDBStoreHandle:
-        """Open (or create) the store at ``path``, linked to the caller.
+        """Open (or, unless ``create=False``, create) the store at ``path``, linked to the caller.
 
         Raises ``StoreLocked`` if another process holds the directory for ``lock_timeout``
         s, ``StoreUnavailable`` if it cannot be created or opened, ``StoreCorrupt`` if it is
@@ -200,7 +201,12 @@ class LevelDBStore(GenServer):
             raise TypeError(f"lock_timeout must be a number of seconds, got {lock_timeout!r}")
         try:
             handle = cls._spawn(
-                (os.fspath(path), sync, lock_timeout), {}, current(), name, faults, start_timeout
+                (os.fspath(path), sync, lock_timeout, create),
+                {},
+                current(),
+                name,
+                faults,
+                start_timeout,
             )
         except InitFailed as failure:
             if isinstance(failure.reason, StoreError):
@@ -209,10 +215,10 @@ class LevelDBStore(GenServer):
         assert isinstance(handle, LevelDBStoreHandle)
         return handle
 
-    def init(self, path: str, sync: bool, lock_timeout: float) -> None:
+    def init(self, path: str, sync: bool, lock_timeout: float, create: bool = True) -> None:
         self.path = path
         self.gate = _ReadGate()
-        self.db = _open(path, lock_timeout)
+        self.db = _open(path, lock_timeout, create)
         self.meta: dict[Conv, list[int]] = {}
         self.committer = Committer(self.db, sync, self._write_failed, Path(path).name)
         on_exit(self._close)
@@ -295,7 +301,9 @@ def _error_text(exc: BaseException) -> str:
     return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
 
 
-def _open(path: str, lock_timeout: float) -> Any:
+def _open(path: str, lock_timeout: float, create: bool) -> Any:
+    if not create and not os.path.exists(os.path.join(path, "CURRENT")):
+        raise StoreUnavailable(f"there is no LevelDB store at {path!r}")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
@@ -305,7 +313,7 @@ def _open(path: str, lock_timeout: float) -> Any:
     deadline = time.monotonic() + lock_timeout
     while True:
         try:
-            return plyvel.DB(path, create_if_missing=True)
+            return plyvel.DB(path, create_if_missing=create)
         except plyvel.CorruptionError as exc:
             raise StoreCorrupt(
                 f"the LevelDB store at {path!r} is corrupt ({_error_text(exc)}); back it up, "
