@@ -33,9 +33,13 @@ class AppError(RuntimeError):
     """The application is not in the state the call needs."""
 
 
-def _store_spec(data_dir: str | os.PathLike[str] | None, sync: bool) -> ChildSpec:
+def _store_spec(
+    data_dir: str | os.PathLike[str] | None, sync: bool, intensity: int, period: float
+) -> ChildSpec:
     if data_dir is None:
-        return MemoryStore.child_spec(DEFAULT_STORE_NAME, "default_store")
+        return MemoryStore.child_spec(
+            DEFAULT_STORE_NAME, "default_store", intensity=intensity, period=period
+        )
     path = os.fspath(data_dir)
     return ChildSpec(
         "default_store",
@@ -47,10 +51,17 @@ def _start_agent(options: dict[str, Any]) -> AgentHandle:
     return Agent.start_link(**options)
 
 
-def start(data_dir: str | os.PathLike[str] | None = None, *, sync: bool = True) -> SupervisorHandle:
+def start(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    sync: bool = True,
+    intensity: int = 10,
+    period: float = 10.0,
+) -> SupervisorHandle:
     """Start the application tree; the default store lives in memory, or in LevelDB under
-    ``data_dir``. An unsupervised default store started earlier hands its conversations
-    over to the supervised one."""
+    ``data_dir``. Every supervisor of the tree allows ``intensity`` restarts in ``period``
+    seconds. An unsupervised default store started earlier hands its conversations over
+    to the supervised one."""
     with _lock:
         if whereis(APP_NAME) is not None:
             raise AppError("otpmem is already running; otpmem.stop() it first")
@@ -69,17 +80,17 @@ def start(data_dir: str | os.PathLike[str] | None = None, *, sync: bool = True) 
             start=lambda: Supervisor.start_link(
                 [ChildSpec("agent", start=_start_agent, restart="transient")],
                 strategy="simple_one_for_one",
-                intensity=10,
-                period=10.0,
+                intensity=intensity,
+                period=period,
                 name=AGENTS_NAME,
             ),
             type="supervisor",
         )
         root = Supervisor.start(
-            [_store_spec(data_dir, sync), agents],
+            [_store_spec(data_dir, sync, intensity, period), agents],
             strategy="one_for_one",
-            intensity=10,
-            period=10.0,
+            intensity=intensity,
+            period=period,
             name=APP_NAME,
         )
         if carried is not None and carried["conversations"]:
@@ -97,10 +108,14 @@ def stop(timeout: float | None = 60.0) -> None:
 
 @contextmanager
 def running(
-    data_dir: str | os.PathLike[str] | None = None, *, sync: bool = True
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    sync: bool = True,
+    intensity: int = 10,
+    period: float = 10.0,
 ) -> Iterator[SupervisorHandle]:
     """``with otpmem.running(): ...``: start the tree, stop it on the way out."""
-    root = start(data_dir, sync=sync)
+    root = start(data_dir, sync=sync, intensity=intensity, period=period)
     try:
         yield root
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from . import _names
 from ._errors import (
@@ -68,7 +68,7 @@ class Handle:
         self._name = None if name is None else _names.check_name(name)
 
     @classmethod
-    def named(cls, name: str) -> Handle:
+    def named(cls, name: str) -> Self:
         """A handle that looks ``name`` up at every use."""
         return cls(name=name)
 
