@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -144,6 +145,8 @@ def start_agent(**options: Any) -> AgentHandle:
     agents = whereis(AGENTS_NAME)
     if agents is None:
         raise AppError("otpmem is not running: otpmem.start() first, or use Agent.start_link")
+    # Fixed here, not in Agent.start_link: a restarted agent must find its conversation.
+    options.setdefault("conversation_id", f"conv-{uuid.uuid4().hex[:16]}")
     try:
         handle = agents.start_child((options,))  # type: ignore[attr-defined]
     except StartChildFailed as failure:

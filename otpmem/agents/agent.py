@@ -145,7 +145,11 @@ class Agent(GenServer):
         if kind == "run":
             return self._turn(*args)
         if kind == "messages":
-            return [] if provider is None else provider.history(conv)
+            if provider is None:
+                return []
+            # The whole conversation, also when the provider reads only a tail per turn.
+            store = getattr(provider, "store", None)
+            return store.get(conv) if store is not None else provider.history(conv)
         if kind == "add_message":
             if provider is not None:
                 provider.append(conv, [validate(args[0])])

@@ -13,6 +13,7 @@ Two modes, as in seed 000, each standing alone ("do not mix the two" with an age
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -105,7 +106,10 @@ class Kernel:
         if found is None:
             content = tool_error(LookupError(f"no tool named {name!r}"), kind="tool_not_found")
         else:
-            request = ToolRequest(found, call, str(function.get("arguments", "{}")), context)
+            arguments = function.get("arguments", "{}")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)  # a model or script that sent an object
+            request = ToolRequest(found, call, arguments, context)
             content = run_tool_chain(self.filters, lambda r: r.tool.run(r.arguments), request)
         return {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
 

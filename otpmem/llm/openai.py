@@ -74,12 +74,17 @@ class OpenAIClient:
         **options: Any,
     ) -> ChatResponse:
         """Send the messages; raise ``ModelError`` once retries are exhausted or on a 4xx."""
-        body: dict[str, Any] = {"model": self.model, "messages": [wire(m) for m in messages]}
+        # Options never replace the model or the messages this client was asked to send.
+        body: dict[str, Any] = {
+            **options,
+            "model": self.model,
+            "messages": [wire(m) for m in messages],
+        }
         if tools:
             body["tools"] = list(tools)
-            body["tool_choice"] = options.pop("tool_choice", "auto")
-        body.update(options)
+            body["tool_choice"] = options.get("tool_choice", "auto")
         last_error = "no attempt made"
+        last_status: int | None = None
         for attempt in range(self.max_retries + 1):
             try:
                 response = self._http.post(self.url, json=body)
@@ -93,6 +98,7 @@ class OpenAIClient:
                 if response.status_code == 200:
                     return parse(response)
                 last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+                last_status = response.status_code
                 if response.status_code not in RETRY_STATUS:
                     raise ModelError(
                         f"{self.url} answered {last_error}", status=response.status_code
@@ -102,6 +108,7 @@ class OpenAIClient:
                 self._sleep(delay)
         raise ModelError(
             f"{self.url} failed after {self.max_retries + 1} attempt(s): {last_error}",
+            status=last_status,
             retryable=True,
         )
 
@@ -133,13 +140,16 @@ def wire(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse(response: httpx.Response) -> ChatResponse:
-    """Map a chat-completions body into a ChatResponse."""
+    """Map a chat-completions body into a ChatResponse; ``ModelError`` if it is not one."""
     try:
-        data = response.json()
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        return _parse(response.json())
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ModelError(f"unexpected response body: {response.text[:300]}") from exc
+
+
+def _parse(data: Any) -> ChatResponse:
+    choice = data["choices"][0]
+    message = choice["message"]
     calls = []
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
@@ -157,9 +167,9 @@ def parse(response: httpx.Response) -> ChatResponse:
     usage = data.get("usage") or None
     if usage:
         usage = {
-            "input_tokens": int(usage.get("prompt_tokens", 0)),
-            "output_tokens": int(usage.get("completion_tokens", 0)),
-            "total_tokens": int(usage.get("total_tokens", 0)),
+            "input_tokens": int(usage.get("prompt_tokens") or 0),
+            "output_tokens": int(usage.get("completion_tokens") or 0),
+            "total_tokens": int(usage.get("total_tokens") or 0),
         }
     return ChatResponse(
         content=message.get("content"),

@@ -66,6 +66,7 @@ class ScriptedModel:
     ) -> ChatResponse:
         """The next scripted reply (or the function's answer) to ``messages``."""
         sent = [thaw(m) for m in messages]
+        tools = None if tools is None else [thaw(t) for t in tools]
         with self._lock:
             self.calls.append((sent, tools))
             if self._fn is not None:

@@ -68,10 +68,17 @@ class DefaultProvider:
         while True:
             tail = self.store.get(conv, last=want)
             others = sum(1 for m in tail if m.get("role") != "system")
-            if others >= self.window or len(tail) < want:
+            if len(tail) < want:
+                return tail  # the whole conversation
+            if others < self.window:
+                # System messages in the tail took places of others: read further back.
+                want += self.window - others
+            elif tail[0].get("role") == "tool":
+                # The tail starts inside a tool round: reach back to the call, so a turn can
+                # see (and heal) the round whole.
+                want += 1
+            else:
                 return tail
-            # System messages in the tail took places of others: read further back.
-            want += self.window - others
 
     def append(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
         """Store ``messages`` (validated whole first)."""

@@ -246,8 +246,13 @@ def _with_question(
 
 
 def _is_summary(message: Mapping[str, Any]) -> bool:
+    # Only a system message is a summary: a user's pinned note with such metadata stays.
     metadata = message.get("metadata")
-    return isinstance(metadata, Mapping) and isinstance(metadata.get("summary"), Mapping)
+    return (
+        message.get("role") == "system"
+        and isinstance(metadata, Mapping)
+        and isinstance(metadata.get("summary"), Mapping)
+    )
 
 
 def _latest_summary(pinned: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
