@@ -39,7 +39,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.run(args)
         return status
-    except (CommandError, StoreError, InvalidMessage, FileNotFoundError, FileExistsError) as exc:
+    except (
+        CommandError,
+        StoreError,
+        InvalidMessage,
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+    ) as exc:
         print(f"otpmem {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -141,7 +148,16 @@ def _simulate(args: argparse.Namespace) -> int:
     if not args.no_progress and not args.json:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.agents * args.turns, unit="turn", desc="simulating", file=sys.stderr)
+        from .simulate import LEDGER, Ledger
+
+        earlier = {(e["conversation"], e["turn"]) for e in Ledger.load(args.data / LEDGER)}
+        bar = tqdm(
+            total=args.agents * args.turns,
+            initial=len(earlier) if args.resume else 0,
+            unit="turn",
+            desc="simulating",
+            file=sys.stderr,
+        )
     simulation = Simulation(
         agents=args.agents,
         turns=args.turns,
