@@ -123,6 +123,8 @@ class MemoryStoreHandle(StoreClient, Handle):
         mapping = fast[1] if fast is not None and self._name is None else self._mapping()
         try:
             entry = mapping.get(conv)
+            if entry is None and type(conv) is Conv and conv[0] is None:
+                entry = mapping.get(conv[1])  # a conversation of no user is keyed by its id
         except TypeError:  # unhashable: not a conversation
             entry = None
         if entry is not None:
