@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..messages import (
     Conv,
@@ -164,13 +164,20 @@ def rank_matches(
 
 
 class StoreClient:
-    """Export, import and search, written once over a store's primitives.
+    """The client side every store shares, written once: writes as calls to the server
+    (validated whole in the caller's thread first), and export, import and search over
+    the store's own reads.
 
-    A store's handle mixes this in and provides ``get``, ``conversations`` and
-    ``_import(parsed)`` (an all-or-nothing append of validated conversations).
+    A store's handle mixes this in before ``Handle`` and provides ``get`` and
+    ``conversations``; its server answers ``("add", conv, batch)``, ``("clear", conv)``,
+    ``("forget_user", user_id)`` and ``("import", parsed)``.
     """
 
     __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def call(self, message: Any, timeout: float | None = 5.0) -> Any: ...
 
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -178,8 +185,27 @@ class StoreClient:
     def conversations(self, user_id: str | None = None) -> list[Conv]:
         raise NotImplementedError
 
+    def add(
+        self, conv: ConvLike, messages: Sequence[Mapping[str, Any]], timeout: float | None = 10.0
+    ) -> None:
+        """Append ``messages`` (all validated first, in this thread); returns once stored."""
+        key = as_conv(conv)
+        batch = freeze_batch(messages)
+        if batch:
+            self.call(("add", key, batch), timeout)
+
+    def clear(self, conv: ConvLike, timeout: float | None = 30.0) -> None:
+        """Delete the conversation."""
+        self.call(("clear", as_conv(conv)), timeout)
+
+    def forget_user(self, user_id: str, timeout: float | None = 60.0) -> None:
+        """Delete every conversation of ``user_id``."""
+        if user_id is None:
+            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
+        self.call(("forget_user", check_user_id(user_id)), timeout)
+
     def _import(self, parsed: list[tuple[Conv, list[FrozenDict]]], timeout: float | None) -> None:
-        raise NotImplementedError
+        self.call(("import", parsed), timeout)
 
     def _scope(self, conv: ConvLike | None, user_id: str | None, all_users: bool) -> list[Conv]:
         chosen = sum([conv is not None, user_id is not None, all_users])

@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,6 @@ from ..messages import (
     InvalidMessage,
     as_conv,
     check_user_id,
-    freeze_batch,
 )
 from . import _leveldb_keys as keys
 from ._base import (
@@ -104,15 +103,6 @@ class LevelDBStoreHandle(StoreClient, Handle):
         with server.gate.reading(self._target()):
             yield server.db
 
-    def add(
-        self, conv: ConvLike, messages: Sequence[Mapping[str, Any]], timeout: float | None = 10.0
-    ) -> None:
-        """Append ``messages`` (all validated first, in this thread); returns once durable."""
-        key = as_conv(conv)
-        batch = freeze_batch(messages)
-        if batch:
-            self.call(("add", key, batch), timeout)
-
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         """The conversation oldest first, or its newest ``last`` messages (n reads, not all)."""
         prefix = keys.conv_prefix(keys.MESSAGE, as_conv(conv))
@@ -144,19 +134,6 @@ class LevelDBStoreHandle(StoreClient, Handle):
         )
         with self._db() as db:
             return [keys.decode_conv(k) for k in db.iterator(prefix=prefix, include_value=False)]
-
-    def clear(self, conv: ConvLike, timeout: float | None = 30.0) -> None:
-        """Delete the conversation (its whole key range, in one batch)."""
-        self.call(("clear", as_conv(conv)), timeout)
-
-    def forget_user(self, user_id: str, timeout: float | None = 60.0) -> None:
-        """Delete every conversation of ``user_id``."""
-        if user_id is None:
-            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
-        self.call(("forget_user", check_user_id(user_id)), timeout)
-
-    def _import(self, parsed: list[tuple[Conv, list[FrozenDict]]], timeout: float | None) -> None:
-        self.call(("import", parsed), timeout)
 
     def flush(self, timeout: float | None = 30.0) -> None:
         """Return once every write queued before this call is on disk."""

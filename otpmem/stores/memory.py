@@ -12,7 +12,7 @@ owner, as an ETS table does. ``MemoryStore.child_spec(...)`` builds the supervis
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..actors import (
@@ -31,11 +31,9 @@ from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
     ConvLike,
-    FrozenDict,
     InvalidMessage,
     as_conv,
     check_user_id,
-    freeze_batch,
 )
 from ..supervisors import ChildSpec, Supervisor
 from ._base import StoreClient, check_last, parse_request
@@ -103,15 +101,6 @@ class MemoryStoreHandle(StoreClient, Handle):
         except TableError:
             raise NoProcess(self._target()) from None
 
-    def add(
-        self, conv: ConvLike, messages: Sequence[Mapping[str, Any]], timeout: float | None = 5.0
-    ) -> None:
-        """Append ``messages`` (all validated first, in this thread); returns once stored."""
-        key = as_conv(conv)
-        batch = freeze_batch(messages)
-        if batch:
-            self.call(("add", key, batch), timeout)
-
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""
         # The hot read path, kept flat: each bytecode costs next to the slice it guards.
@@ -154,19 +143,6 @@ class MemoryStoreHandle(StoreClient, Handle):
         check_user_id(user_id)
         convs = [Conv(None, k) if isinstance(k, str) else k for k in list(self._mapping())]
         return [c for c in convs if user_id is None or c.user_id == user_id]
-
-    def clear(self, conv: ConvLike, timeout: float | None = 5.0) -> None:
-        """Delete the conversation."""
-        self.call(("clear", as_conv(conv)), timeout)
-
-    def forget_user(self, user_id: str, timeout: float | None = 30.0) -> None:
-        """Delete every conversation of ``user_id``."""
-        if user_id is None:
-            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
-        self.call(("forget_user", check_user_id(user_id)), timeout)
-
-    def _import(self, parsed: list[tuple[Conv, list[FrozenDict]]], timeout: float | None) -> None:
-        self.call(("import", parsed), timeout)
 
 
 class MemoryStore(GenServer):
