@@ -255,7 +255,7 @@ def bench_truncation(quick: bool) -> list[str]:
         f"{rate(times, 'pipeline')} ({us(times, 'pipeline'):.0f} us) | pipeline/apply time = "
         f"{ratio_summary(time_ratios(times, 'pipeline', 'apply'))}, pipeline/dict time = "
         f"{ratio_summary(time_ratios(times, 'pipeline', 'dict'))} (paired per repeat, {shape}; "
-        f"informational: run() builds the whole PrepareReport, which counts every message)",
+        f"informational: run() splits out pinned messages and checks pairs over the whole list)",
     ]
 
 
