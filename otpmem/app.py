@@ -21,8 +21,21 @@ from typing import Any
 
 from .actors import whereis
 from .agents import Agent, AgentHandle
-from .stores import DEFAULT_STORE_NAME, LevelDBStore, MemoryStore
-from .supervisors import ChildSpec, StartChildFailed, Supervisor, SupervisorHandle
+from .stores import (
+    DEFAULT_STORE_NAME,
+    LevelDBStore,
+    LevelDBStoreHandle,
+    MemoryStore,
+    MemoryStoreHandle,
+)
+from .stores.default import set_supervised
+from .supervisors import (
+    ChildSpec,
+    StartChildFailed,
+    Supervisor,
+    SupervisorEvent,
+    SupervisorHandle,
+)
 
 APP_NAME = "otpmem"
 AGENTS_NAME = "otpmem.agents"
@@ -87,16 +100,28 @@ def start(
             ),
             type="supervisor",
         )
-        root = Supervisor.start(
-            [_store_spec(data_dir, sync, intensity, period), agents],
-            strategy="one_for_one",
-            intensity=intensity,
-            period=period,
-            name=APP_NAME,
-        )
+        set_supervised(MemoryStoreHandle if data_dir is None else LevelDBStoreHandle)
+        try:
+            root = Supervisor.start(
+                [_store_spec(data_dir, sync, intensity, period), agents],
+                strategy="one_for_one",
+                intensity=intensity,
+                period=period,
+                name=APP_NAME,
+            )
+        except BaseException:
+            set_supervised(None)
+            raise
+        root.subscribe(_forget_supervision)
         if carried is not None and carried["conversations"]:
             default_store_handle().import_(carried)
         return root
+
+
+def _forget_supervision(event: SupervisorEvent) -> None:
+    # The root stops for good (asked to, or past its intensity): no more restarts to wait.
+    if event.kind == "shutdown":
+        set_supervised(None)
 
 
 def stop(timeout: float | None = 60.0) -> None:

@@ -144,6 +144,17 @@ def _simulate(args: argparse.Namespace) -> int:
     model = None
     if args.model == "openai":
         model = OpenAIClient(args.model_name, base_url=args.base_url)
+    simulation = Simulation(
+        agents=args.agents,
+        turns=args.turns,
+        data_dir=args.data,
+        chaos=args.chaos,
+        seed=args.seed,
+        model=model,
+        resume=args.resume,
+        workers=args.workers,
+        kill_self_after=args.kill_self_after,
+    )
     bar: Any = None
     if not args.no_progress and not args.json:
         from tqdm import tqdm
@@ -158,18 +169,7 @@ def _simulate(args: argparse.Namespace) -> int:
             desc="simulating",
             file=sys.stderr,
         )
-    simulation = Simulation(
-        agents=args.agents,
-        turns=args.turns,
-        data_dir=args.data,
-        chaos=args.chaos,
-        seed=args.seed,
-        model=model,
-        resume=args.resume,
-        workers=args.workers,
-        kill_self_after=args.kill_self_after,
-        progress=None if bar is None else bar.update,
-    )
+        simulation.progress = bar.update
     try:
         report = simulation.run()
     finally:
@@ -179,11 +179,12 @@ def _simulate(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         print("\n".join(report.lines()))
-        print(
-            "OK: every acknowledged message is in the store"
-            if report.ok
-            else "LOST: acknowledged messages are missing from the store"
-        )
+        if report.ok:
+            print("OK: every acknowledged message is in the store")
+        elif report.lost:
+            print("LOST: acknowledged messages are missing from the store")
+        else:
+            print("INCOMPLETE: the run did not finish every turn (see the errors above)")
     return 0 if report.ok else EXIT_LOST
 
 
@@ -240,6 +241,11 @@ def _import(args: argparse.Namespace) -> int:
 
 def _search(args: argparse.Namespace) -> int:
     with _open_store(args.data) as store:
+        conv = _conv(args.conv, args.user)
+        if conv is not None and conv not in store.conversations(args.user):
+            raise CommandError(
+                f"no conversation {conv.conversation_id!r} for user {conv.user_id!r}"
+            )
         try:
             hits = store.search(
                 args.query, user_id=args.user, conv=_conv(args.conv, args.user), limit=args.limit

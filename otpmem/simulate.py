@@ -71,11 +71,17 @@ class SimulationReport:
     seconds: float
     resumed_from: int = 0
     lost_examples: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """True when every planned turn was done."""
+        return self.turns_done == self.turns_planned
 
     @property
     def ok(self) -> bool:
-        """True when every acknowledged message is in the store."""
-        return self.lost == 0
+        """True when every acknowledged message is in the store and every turn was done."""
+        return self.lost == 0 and self.complete and not self.errors
 
     def lines(self) -> list[str]:
         """The report, as printed by ``otpmem simulate``."""
@@ -93,11 +99,12 @@ class SimulationReport:
             f"throughput:        {rate:.1f} turns/s over {self.seconds:.1f} s",
         ]
         lines += [f"  lost: {example}" for example in self.lost_examples]
+        lines += [f"  error: {error}" for error in self.errors]
         return lines
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
-        return {**self.__dict__, "ok": self.ok}
+        return {**self.__dict__, "complete": self.complete, "ok": self.ok}
 
 
 class Ledger:
@@ -165,6 +172,7 @@ class Simulation:
         self._restarts = 0
         self._acked = 0
         self._acked_lock = threading.Lock()
+        self._errors: list[str] = []
 
     def run(self) -> SimulationReport:
         """Run (or resume) the simulation and audit it."""
@@ -199,6 +207,7 @@ class Simulation:
                         system_prompt=f"You are agent {i} of a simulation.",
                     )
                 self._drive(done, ledger)
+                root.sync()  # queued behind any exit of a last fault: restarts are done
                 report = self._audit(Ledger.load(ledger_path), time.monotonic() - started)
         finally:
             ledger.close()
@@ -223,6 +232,12 @@ class Simulation:
             thread.join()
 
     def _worker(self, mine: list[int], done: set[tuple[str, int]], ledger: Ledger) -> None:
+        try:
+            self._work(mine, done, ledger)
+        except Exception as exc:  # reported, and the run fails: never a silent short run
+            self._errors.append(f"{threading.current_thread().name}: {exc}")
+
+    def _work(self, mine: list[int], done: set[tuple[str, int]], ledger: Ledger) -> None:
         for turn in range(self.turns):
             for i in mine:
                 if (_conv_id(i), turn) in done:
@@ -289,7 +304,9 @@ class Simulation:
         examples: list[str] = []
         for conv_id, conv_entries in sorted(by_conv.items()):
             conv_entries.sort(key=lambda e: e["turn"])
-            history = [[m.get("role"), m.get("content")] for m in store.get(Conv(USER_ID, conv_id))]
+            key = Conv(USER_ID, conv_id)
+            stored_messages = _retrying(lambda: store.get(key))  # noqa: B023 - called at once
+            history = [[m.get("role"), m.get("content")] for m in stored_messages]
             stored += len(history)
             position = 0
             for entry in conv_entries:
@@ -313,7 +330,18 @@ class Simulation:
             restarts=self._restarts,
             seconds=seconds,
             lost_examples=examples,
+            errors=list(self._errors),
         )
+
+
+def _retrying(read: Callable[[], Any], attempts: int = 500) -> Any:
+    """A read that a store restart may interrupt, tried again until the store is back."""
+    for _ in range(attempts - 1):
+        try:
+            return read()
+        except NoProcess:
+            time.sleep(0.01)  # the store is restarting; nothing to wait on from here
+    return read()
 
 
 def _find(history: list[list[Any]], expected: list[Any], start: int) -> int | None:

@@ -13,6 +13,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ _live_lock = threading.Lock()
 _link_lock = threading.Lock()
 _local = threading.local()
 _atexit_installed = False
+READY_POLL = 0.01  # how often a reader waiting for init checks whether the process died
 
 
 def current() -> Process | None:
@@ -306,6 +308,14 @@ class Process:
         self._exit(reason, run_terminate=True)
 
     # -- dying ------------------------------------------------------------------------------
+
+    def wait_ready(self, timeout: float | None) -> bool:
+        """Wait until ``init`` has returned; False at once if the process exits first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ready.wait(READY_POLL):
+            if self.exited.is_set() or (deadline is not None and time.monotonic() > deadline):
+                return self.ready.is_set()
+        return True
 
     def request_stop(self, reason: ExitReason) -> bool:
         """Queue an orderly stop behind the messages already in the mailbox."""

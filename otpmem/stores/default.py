@@ -18,15 +18,29 @@ from .memory import MemoryStore
 
 DEFAULT_STORE_NAME = "otpmem.default_store"
 logger = logging.getLogger("otpmem.stores")
-_orphan_lock = threading.Lock()
+_lock = threading.Lock()
+# The handle class of the store a supervisor owns (None: no application). While it is set,
+# a moment without the name is a restart in progress, never a reason to start a second,
+# unsupervised store beside the supervised one.
+_supervised: type[Any] | None = None
+
+
+def set_supervised(handle_class: type[Any] | None) -> None:
+    """Tell ``default_store()`` that a supervisor owns the default store (the app does)."""
+    global _supervised
+    with _lock:
+        _supervised = handle_class
 
 
 def default_store() -> Any:
     """A handle to the shared store, by name (so it follows restarts)."""
-    with _orphan_lock:
+    with _lock:
         running = whereis(DEFAULT_STORE_NAME)
         if running is not None:
             return type(running).named(DEFAULT_STORE_NAME)
+        if _supervised is not None:
+            # Restarting: calls through this handle raise NoProcess until it is back.
+            return _supervised.named(DEFAULT_STORE_NAME)
         message = (
             "otpmem.default_store(): no application is running, so an unsupervised "
             "MemoryStore was started; call otpmem.start() first to have it supervised"

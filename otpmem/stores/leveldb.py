@@ -97,7 +97,7 @@ class LevelDBStoreHandle(StoreClient, Handle):
     @contextmanager
     def _db(self) -> Iterator[Any]:
         process = self.resolve()
-        if not process.ready.wait(READY_TIMEOUT):
+        if not process.wait_ready(READY_TIMEOUT):
             raise NoProcess(self._target())
         server: LevelDBStore = process.server  # type: ignore[assignment]
         with server.gate.reading(self._target()):

@@ -80,7 +80,7 @@ class MemoryStoreHandle(StoreClient, Handle):
             table = self._last_table
             if table is not None and not table.deleted:
                 return table
-            if not process.ready.wait(READY_TIMEOUT):
+            if not process.wait_ready(READY_TIMEOUT):
                 raise NoProcess(self._target())
         current_table: Table[TableKey, _Snapshot] = process.server.table  # type: ignore[attr-defined]
         self._last_table = current_table

@@ -1,0 +1,200 @@
+"""Every example runs, in a subprocess with a timeout, and shows what it claims to show."""
+
+from __future__ import annotations
+
+import ast
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from otpmem.messages import Conv
+from otpmem.stores import LevelDBStore
+from otpmem.stores.testing import ChatMemoryConformance
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TIMEOUT = 60.0
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+# The examples import otpmem from this checkout, installed or not.
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+}
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python *args``; stdout and stderr together in ``.stdout``."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("supervision_demo.py", [r"supervisor alive: False, exit reason: 'shutdown'"]),
+        (
+            "store_recovery_demo.py",
+            [r"user0: \d+ acknowledged adds, 0 lost", r"every acknowledged batch present: True"],
+        ),
+        (
+            "memory_policy_demo.py",
+            [r"safe_window: .* 0 orphaned", r"summaries stored in the conversation: [1-9]"],
+        ),
+        (
+            "agents_demo.py",
+            [r"agent 3: 10 turns acknowledged", r"next answer: The sum is 42\."],
+        ),
+        (
+            "multi_agent_simulation.py",
+            [r"lost: 0, orphaned tool results: 0", r"OK: every acknowledged message was read back"],
+        ),
+    ],
+)
+def test_demo_runs_and_prints_its_result(script: str, expected: list[str], tmp_path: Path) -> None:
+    # cwd is a scratch directory: a demo that writes next to itself writes there.
+    result = run([str(EXAMPLES / script)], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    for pattern in expected:
+        assert re.search(pattern, result.stdout), f"{pattern!r} not in:\n{result.stdout}"
+
+
+def test_fault_injection_suite_passes_whole() -> None:
+    suite = EXAMPLES / "fault_injection"
+    result = subprocess.run(
+        [*PYTEST, "-q", "examples/fault_injection"],
+        cwd=ROOT,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    tree = ast.parse((suite / "test_resilience.py").read_text(encoding="utf-8"))
+    own = sum(
+        1 for node in tree.body if isinstance(node, ast.FunctionDef) and node.name[:5] == "test_"
+    )
+    contract = sum(1 for name in dir(ChatMemoryConformance) if name[:5] == "test_")
+    assert own >= 5 and contract >= 10
+    assert re.fullmatch(rf"{own + contract} passed in [\d.]+s( \([\d:]+\))?", summary), summary
+
+
+def test_the_project_run_does_not_collect_the_example_suite() -> None:
+    result = subprocess.run(
+        [*PYTEST, "--collect-only", "-q"],
+        cwd=ROOT,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tests/test_examples.py::" in result.stdout
+    collected = [line for line in result.stdout.splitlines() if "::" in line]
+    assert collected and all(line.startswith("tests/") for line in collected)
+
+
+class Output:
+    """The lines a subprocess prints, read on a thread, awaited with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self.stream = proc.stdout
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, name="example-output")
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.stream:
+            self.queue.put(line.rstrip("\n"))
+        self.queue.put(None)
+
+    def expect(self, prefix: str, timeout: float = 30.0) -> str:
+        """The next line starting with ``prefix``; fails at the deadline or at EOF."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"no line starting {prefix!r} in {timeout} s; got {self.lines}")
+            if line is None:
+                pytest.fail(f"output ended before a line starting {prefix!r}; got {self.lines}")
+            self.lines.append(line)
+            if line.startswith(prefix):
+                return line
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_embedded_service_serves_then_stops_cleanly_on_a_signal(
+    signum: signal.Signals, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "embedded_service.py"), str(data)],
+        cwd=tmp_path,
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = Output(proc)
+    try:
+        output.expect("ready")
+        assert proc.stdin is not None
+        proc.stdin.write("alice: 2+3\n")
+        proc.stdin.flush()
+        assert output.expect("alice <-") == "alice <- The sum is 5."
+        proc.send_signal(signum)
+        assert proc.wait(TIMEOUT) == 0, output.lines
+        assert output.expect("stopped cleanly") == "stopped cleanly after 1 request(s)"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        output.thread.join(TIMEOUT)
+        if proc.stdin is not None:
+            proc.stdin.close()
+    # Stopped cleanly means the store was closed: the directory opens at once, turn intact.
+    store = LevelDBStore.start_link(data, lock_timeout=0.5)
+    try:
+        assert [m["role"] for m in store.get(Conv("alice", "main"))] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
+    finally:
+        store.stop()
+
+
+def test_restart_recovery_finds_every_acknowledged_message_after_sigkill(tmp_path: Path) -> None:
+    script = str(EXAMPLES / "restart_recovery.py")
+    data = tmp_path / "run"
+    first = run([script, str(data)], cwd=tmp_path)
+    assert first.returncode == -signal.SIGKILL, first.stdout
+    assert "SIGKILL to myself" in first.stdout
+    second = run([script, str(data)], cwd=tmp_path)
+    assert second.returncode == 0, second.stdout
+    found = re.search(r"recovered: (\d+) acknowledged messages, 0 lost", second.stdout)
+    assert found is not None, second.stdout
+    assert int(found.group(1)) >= 60  # 30 acknowledged turns of two to four messages
