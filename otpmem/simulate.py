@@ -290,8 +290,10 @@ class Simulation:
         self._faults[kind] += 1
 
     def _on_event(self, event: SupervisorEvent) -> None:
+        # Several supervisors report from their own threads.
         if event.kind == "restarted":
-            self._restarts += 1
+            with self._acked_lock:
+                self._restarts += 1
 
     # -- the audit --------------------------------------------------------------------------
 
