@@ -24,11 +24,11 @@ test: lint
 # acknowledged message against the ledger. Exits non-zero if anything was lost.
 demo: $(STAMP)
 	@dir=$$(mktemp -d -t otpmem-demo-XXXXXX); \
-	echo "== run 1: 20 agents x 10 turns, chaos 0.05; the process kills itself (SIGKILL) after 120 turns"; \
-	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.05 --seed 1 --data $$dir --kill-self-after 120 --no-progress; \
+	echo "== run 1: 20 agents x 10 turns, chaos 0.1; the process kills itself (SIGKILL) after 120 turns"; \
+	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.1 --seed 1 --data $$dir --kill-self-after 120 --no-progress; \
 	echo "== run 1 ended with status $$? (137: killed by SIGKILL, as planned)"; \
 	echo "== run 2: recovery in the same directory: finish the turns, then audit everything"; \
-	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.05 --seed 2 --data $$dir --resume; \
+	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.1 --seed 2 --data $$dir --resume; \
 	status=$$?; rm -rf $$dir; exit $$status
 
 examples: $(STAMP)
