@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..llm import ChatResponse
 from ..messages import Conv, ConvLike
@@ -65,32 +65,32 @@ class Filter:
     memory: ChatMemory | None = None  # set by memory_filter: the kernel switches to delta mode
 
 
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def _onion(hooks: list[Callable[[R, Callable[[R], T]], T]], terminal: Callable[[R], T]) -> Any:
+    call = terminal
+    for hook in reversed(hooks):
+        call = _layer(hook, call)
+    return call
+
+
+def _layer(hook: Callable[[R, Callable[[R], T]], T], inner: Callable[[R], T]) -> Callable[[R], T]:
+    return lambda request: hook(request, inner)
+
+
 def run_chat_chain(filters: Sequence[Filter], terminal: ChatNext, request: ChatRequest) -> Any:
     """Run ``request`` through the ``around_chat`` hooks, outermost first, to ``terminal``."""
-    call = terminal
-    for layer in reversed([f for f in filters if f.around_chat is not None]):
-        call = _wrap_chat(layer, call)
-    return call(request)
-
-
-def _wrap_chat(layer: Filter, inner: ChatNext) -> ChatNext:
-    hook = layer.around_chat
-    assert hook is not None
-    return lambda request: hook(request, inner)
+    hooks = [f.around_chat for f in filters if f.around_chat is not None]
+    return _onion(hooks, terminal)(request)
 
 
 def run_tool_chain(filters: Sequence[Filter], terminal: ToolNext, request: ToolRequest) -> str:
     """Run ``request`` through the ``around_tool`` hooks, outermost first, to ``terminal``."""
-    call = terminal
-    for layer in reversed([f for f in filters if f.around_tool is not None]):
-        call = _wrap_tool(layer, call)
-    return call(request)
-
-
-def _wrap_tool(layer: Filter, inner: ToolNext) -> ToolNext:
-    hook = layer.around_tool
-    assert hook is not None
-    return lambda request: hook(request, inner)
+    hooks = [f.around_tool for f in filters if f.around_tool is not None]
+    result: str = _onion(hooks, terminal)(request)
+    return result
 
 
 def system_prompt_filter(prompts: Sequence[Mapping[str, Any]]) -> Filter:
