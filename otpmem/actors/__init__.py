@@ -31,7 +31,7 @@ from ._genserver import (
     unlink,
 )
 from ._names import registered
-from ._process import live_processes, on_exit, stop_all
+from ._node import live_processes, on_exit, stop_all
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
 from ._tables import Table, TableKeeper, claim_table, give_away, new_table, set_heir
 

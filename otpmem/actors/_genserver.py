@@ -15,7 +15,8 @@ from ._errors import (
     NoProcess,
     NotInProcess,
 )
-from ._process import Process, current, next_monitor_ref
+from ._node import current, next_monitor_ref
+from ._process import Process
 from ._signals import CallEnvelope, CastEnvelope, Down, Pid, Slot
 
 if TYPE_CHECKING:

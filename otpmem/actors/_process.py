@@ -9,7 +9,6 @@ death before the dead process's resources are free to take.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import threading
@@ -21,6 +20,16 @@ import pykka
 
 from . import _names
 from ._errors import KILLED, NORMAL, ExitReason, InitFailed, ServerExited, StartIgnored
+from ._node import (
+    READY_POLL,
+    _link_lock,
+    _local,
+    _pid_counter,
+    current,
+    install_exit_hook,
+    live_table,
+    next_monitor_ref,
+)
 from ._signals import (
     IGNORE,
     NO_REPLY,
@@ -43,47 +52,6 @@ if TYPE_CHECKING:
     from .faults import FaultPlan
 
 logger = logging.getLogger("otpmem.actors")
-
-_pid_counter = itertools.count(1)
-_monitor_refs = itertools.count(1)
-_live: dict[Pid, Process] = {}  # insertion order is start order
-_live_lock = threading.Lock()
-# One lock for the link graph: linking touches two processes, and per-process locks taken in
-# two orders would deadlock.
-_link_lock = threading.Lock()
-_local = threading.local()
-_atexit_installed = False
-READY_POLL = 0.01  # how often a reader waiting for init checks whether the process died
-
-
-def current() -> Process | None:
-    """The process whose thread is running this code, or None outside any server."""
-    return getattr(_local, "process", None)
-
-
-def next_monitor_ref() -> int:
-    """A fresh monitor reference."""
-    return next(_monitor_refs)
-
-
-def on_exit(cleanup: Callable[[], None]) -> None:
-    """Run ``cleanup`` when the calling server exits, however it exits (kill included).
-
-    Cleanups run newest first, before the process's tables and name are released and
-    before anyone is told of the exit: the place to close files and databases.
-    """
-    process = current()
-    if process is None:
-        from ._errors import NotInProcess
-
-        raise NotInProcess("on_exit")
-    process.cleanups.append(cleanup)
-
-
-def live_processes() -> list[Process]:
-    """Every process not yet exited, in start order."""
-    with _live_lock:
-        return list(_live.values())
 
 
 class _Shell(pykka.ThreadingActor):
@@ -169,20 +137,14 @@ class Process:
 
     def start(self, name: str | None, timeout: float | None) -> None:
         """Start the thread, wait for ``init`` (OTP's init_ack); raise if it failed."""
-        global _atexit_installed
         if name is not None:
             _names.reserve(name, self)
         if self.parent is not None:
             with _link_lock:
                 self.links.add(self.parent)
                 self.parent.links.add(self)
-        with _live_lock:
-            _live[self.pid] = self
-            if not _atexit_installed:
-                # Plain atexit runs after non-daemon threads are joined, i.e. never
-                # (otp_pykka.md §3.1); this hook runs before that join.
-                threading._register_atexit(_stop_all_at_exit)  # type: ignore[attr-defined]
-                _atexit_installed = True
+        live_table.add(self)
+        install_exit_hook()
         # What pykka's Actor.start does, split so the actor exists before its name does.
         pykka.ActorRegistry.register(self._shell.actor_ref)
         self._shell._start_actor_loop()
@@ -400,8 +362,7 @@ class Process:
         for slot in list(self.pending):
             slot.fail(error)
         self.pending.clear()
-        with _live_lock:
-            _live.pop(self.pid, None)
+        live_table.remove(self)
         with _link_lock:
             self._notified = True
             partners = list(self.links)
@@ -476,23 +437,3 @@ def _wake_envelope() -> Any:
     from pykka._envelope import Envelope
 
     return Envelope(WAKE)
-
-
-def stop_all(timeout: float = 5.0) -> None:
-    """Stop every live process: roots first, newest first, each as a supervisor would."""
-    for _ in range(1000):
-        procs = live_processes()
-        if not procs:
-            return
-        roots = [p for p in procs if p.parent is None or p.parent.dead]
-        for proc in reversed(roots or procs):
-            if proc.request_stop("shutdown") and proc.exited.wait(timeout):
-                continue
-            if not proc.exited.is_set():
-                proc.kill(KILLED, grace=timeout)
-
-
-def _stop_all_at_exit() -> None:
-    if live_processes():
-        logger.info("interpreter exiting: stopping every live process")
-        stop_all()

@@ -13,7 +13,8 @@ from typing import Any, Generic, TypeVar
 
 from ._errors import NoProcess, NotInProcess, TableError
 from ._genserver import GenServer, Handle
-from ._process import Process, current
+from ._node import current
+from ._process import Process
 from ._signals import TableTransfer
 
 K = TypeVar("K")

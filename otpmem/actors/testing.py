@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ._process import Process, live_processes, stop_all
+from ._node import live_processes, stop_all
+from ._process import Process
 
 LEAK_GRACE = 5.0
 

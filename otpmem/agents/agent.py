@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..actors import GenServer, Handle
-from ..actors._process import current
+from ..actors._node import current
 from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
 from ..llm import ChatModel, ChatResponse
 from ..memory import MemoryProvider

@@ -27,7 +27,7 @@ import msgpack
 import plyvel
 
 from ..actors import NO_REPLY, GenServer, Handle, InitFailed, NoProcess, on_exit
-from ..actors._process import current
+from ..actors._node import current
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,

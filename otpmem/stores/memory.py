@@ -26,7 +26,8 @@ from ..actors import (
     new_table,
 )
 from ..actors._names import lookup
-from ..actors._process import Process, current
+from ..actors._node import current
+from ..actors._process import Process
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,

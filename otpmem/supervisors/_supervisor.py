@@ -23,7 +23,7 @@ from ..actors import (
     Stop,
     is_normal_exit,
 )
-from ..actors._process import current
+from ..actors._node import current
 from ._children import Child, Children
 from ._handle import SupervisorHandle
 from ._spec import (

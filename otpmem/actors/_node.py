@@ -1,0 +1,112 @@
+"""The node: every live process, the link lock, and a clean stop at interpreter exit."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ._errors import KILLED
+from ._signals import Pid
+
+if TYPE_CHECKING:
+    from ._process import Process
+
+logger = logging.getLogger("otpmem.actors")
+
+_pid_counter = itertools.count(1)
+_monitor_refs = itertools.count(1)
+# One lock for the link graph: linking touches two processes, and per-process locks taken in
+# two orders would deadlock.
+_link_lock = threading.Lock()
+_local = threading.local()
+_hook_lock = threading.Lock()
+_hook_installed = False
+READY_POLL = 0.01  # how often a reader waiting for init checks whether the process died
+
+
+class _LiveTable:
+    """Every process not yet exited, in start order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[Pid, Process] = {}
+
+    def add(self, process: Process) -> None:
+        with self._lock:
+            self._live[process.pid] = process
+
+    def remove(self, process: Process) -> None:
+        with self._lock:
+            self._live.pop(process.pid, None)
+
+    def snapshot(self) -> list[Process]:
+        with self._lock:
+            return list(self._live.values())
+
+
+live_table = _LiveTable()
+
+
+def current() -> Process | None:
+    """The process whose thread is running this code, or None outside any server."""
+    process: Process | None = getattr(_local, "process", None)
+    return process
+
+
+def next_monitor_ref() -> int:
+    """A fresh monitor reference."""
+    return next(_monitor_refs)
+
+
+def on_exit(cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` when the calling server exits, however it exits (kill included).
+
+    Cleanups run newest first, before the process's tables and name are released and
+    before anyone is told of the exit: the place to close files and databases.
+    """
+    process = current()
+    if process is None:
+        from ._errors import NotInProcess
+
+        raise NotInProcess("on_exit")
+    process.cleanups.append(cleanup)
+
+
+def live_processes() -> list[Process]:
+    """Every process not yet exited, in start order."""
+    return live_table.snapshot()
+
+
+def install_exit_hook() -> None:
+    """Stop every live process when the interpreter exits (once per interpreter)."""
+    global _hook_installed
+    with _hook_lock:
+        if _hook_installed:
+            return
+        # Plain atexit runs after non-daemon threads are joined, i.e. never
+        # (otp_pykka.md §3.1); this hook runs before that join.
+        threading._register_atexit(_stop_all_at_exit)  # type: ignore[attr-defined]
+        _hook_installed = True
+
+
+def stop_all(timeout: float = 5.0) -> None:
+    """Stop every live process: roots first, newest first, each as a supervisor would."""
+    for _ in range(1000):
+        procs = live_processes()
+        if not procs:
+            return
+        roots = [p for p in procs if p.parent is None or p.parent.dead]
+        for proc in reversed(roots or procs):
+            if proc.request_stop("shutdown") and proc.exited.wait(timeout):
+                continue
+            if not proc.exited.is_set():
+                proc.kill(KILLED, grace=timeout)
+
+
+def _stop_all_at_exit() -> None:
+    if live_processes():
+        logger.info("interpreter exiting: stopping every live process")
+        stop_all()
