@@ -1,4 +1,5 @@
-"""What the benchmark modules share: paired-ratio statistics, memory readings, an echo actor.
+"""What the benchmark modules share: paired-ratio statistics, memory readings, an echo actor,
+the rotated-chunk races.
 
 Kept to the few helpers more than one ``bench_*`` module uses; each module keeps its own
 contenders and its own result lines.
@@ -13,7 +14,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pykka
@@ -95,3 +96,59 @@ def time_chunk(roundtrip: Callable[[int], Any], n: int, latencies: list[int]) ->
         roundtrip(i)
         append(clock() - t0)
     return clock() - started
+
+
+def time_loop(read: Callable[[], Any], n: int) -> int:
+    """Call ``read`` n times; return the total ns (no per-call clock: reads take ~1 us)."""
+    clock = time.perf_counter_ns
+    started = clock()
+    for _ in range(n):
+        read()
+    return clock() - started
+
+
+def latency_race(
+    contenders: Mapping[str, Callable[[int], Any]], n: int, chunk: int, repeats: int
+) -> dict[str, list[tuple[float, float, float]]]:
+    """Per repeat and contender: (p50 us, p99 us, calls per second) of ``n`` calls, timed one
+    by one, in ``n // chunk`` chunks of ``chunk`` calls, order rotated per chunk (after one
+    warm-up chunk each). The box's swings (up to 5x within seconds) hit all contenders alike."""
+    names = list(contenders)
+    for roundtrip in contenders.values():
+        time_chunk(roundtrip, chunk, [])  # warm-up
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
+    for r in range(repeats):
+        latencies: dict[str, list[int]] = {name: [] for name in names}
+        total_ns = dict.fromkeys(names, 0)
+        for k in range(n // chunk):
+            for name in rotated(names, r + k):
+                total_ns[name] += time_chunk(contenders[name], chunk, latencies[name])
+        for name in names:
+            lat = sorted(latencies[name])
+            rate = n * 1e9 / total_ns[name]
+            runs[name].append((percentile(lat, 0.5) / 1e3, percentile(lat, 0.99) / 1e3, rate))
+    return runs
+
+
+def race(
+    contenders: Mapping[str, Callable[[], Any]],
+    calls: Mapping[str, int],
+    chunks: int,
+    repeats: int,
+    warmup: Mapping[str, int] | None = None,
+) -> dict[str, list[float]]:
+    """Seconds per call of every contender, per repeat: ``chunks`` rotated chunks of
+    ``calls[name]`` calls each, timed as a whole (after a warm-up of ``warmup[name]`` calls,
+    by default a fifth of a chunk)."""
+    names = list(contenders)
+    for name in names:
+        time_loop(contenders[name], warmup[name] if warmup else max(1, calls[name] // 5))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        total_ns = dict.fromkeys(names, 0)
+        for k in range(chunks):
+            for name in rotated(names, r + k):
+                total_ns[name] += time_loop(contenders[name], calls[name])
+        for name in names:
+            times[name].append(total_ns[name] / (chunks * calls[name]) / 1e9)
+    return times

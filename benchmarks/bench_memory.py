@@ -39,8 +39,8 @@ from typing import Any
 
 import msgpack
 import plyvel
-from _common import ratio_summary, rotated, verdict
-from bench_stores import BENCH_DIR, SMALL, time_loop, write_conversation
+from _common import race, ratio_summary, verdict
+from bench_stores import BENCH_DIR, SMALL, write_conversation
 from bench_stores import message as store_message
 
 from otpmem.memory import (
@@ -96,28 +96,6 @@ def messages(start: int, n: int) -> list[dict[str, Any]]:
 
 
 # -- timing -----------------------------------------------------------------------------------
-
-
-def race(
-    contenders: Mapping[str, Callable[[], Any]],
-    calls: Mapping[str, int],
-    chunks: int,
-    repeats: int,
-) -> dict[str, list[float]]:
-    """Seconds per call of every contender, per repeat: ``chunks`` rotated chunks of
-    ``calls[name]`` calls each (after a warm-up)."""
-    names = list(contenders)
-    for name in names:
-        time_loop(contenders[name], max(1, calls[name] // 5))  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(repeats):
-        total_ns = dict.fromkeys(names, 0)
-        for k in range(chunks):
-            for name in rotated(names, r + k):
-                total_ns[name] += time_loop(contenders[name], calls[name])
-        for name in names:
-            times[name].append(total_ns[name] / (chunks * calls[name]) / 1e9)
-    return times
 
 
 def time_ratios(times: Mapping[str, Sequence[float]], a: str, b: str) -> list[float]:

@@ -42,12 +42,12 @@ import pykka
 from _common import (
     EchoActor,
     join_new_threads,
+    latency_race,
     memory_kib,
     percentile,
     ratio_summary,
     rotated,
     safe_ratio,
-    time_chunk,
     verdict,
 )
 
@@ -116,24 +116,9 @@ def bench_call_roundtrip(quick: bool) -> list[str]:
         "ask": actor.ask,
         "queue": pair.roundtrip,
     }
-    names = list(contenders)
-    # Per repeat and contender: (p50 us, p99 us, roundtrips per second).
-    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     try:
-        for roundtrip in contenders.values():
-            time_chunk(roundtrip, chunk, [])  # warm-up
-        for r in range(repeats):
-            latencies: dict[str, list[int]] = {name: [] for name in names}
-            total_ns = dict.fromkeys(names, 0)
-            # Chunks of a few ms each, order rotated per chunk: the box's swings (up to 5x
-            # within seconds) hit the three contenders alike.
-            for k in range(n // chunk):
-                for name in rotated(names, r + k):
-                    total_ns[name] += time_chunk(contenders[name], chunk, latencies[name])
-            for name in names:
-                lat = sorted(latencies[name])
-                rate = n * 1e9 / total_ns[name]
-                runs[name].append((percentile(lat, 0.5) / 1e3, percentile(lat, 0.99) / 1e3, rate))
+        # Per repeat and contender: (p50 us, p99 us, roundtrips per second).
+        runs = latency_race(contenders, n, chunk, repeats)
     finally:
         server.stop()
         actor.stop()

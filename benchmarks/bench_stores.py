@@ -51,12 +51,12 @@ import msgpack
 import plyvel
 from _common import (
     EchoActor,
+    latency_race,
     memory_kib,
-    percentile,
+    race,
     ratio_summary,
     rotated,
     safe_ratio,
-    time_chunk,
     verdict,
 )
 
@@ -142,23 +142,10 @@ def bench_memory_add(quick: bool) -> list[str]:
         "add": lambda i: store.add(conv, [pool[i % len(pool)]]),
         "ask": lambda i: actor.ask(pool[i % len(pool)]),
     }
-    names = list(contenders)
-    # Per repeat and contender: (p50 us, p99 us, calls per second).
-    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     try:
         store.add(conv, messages(0, SMALL))
-        for roundtrip in contenders.values():
-            time_chunk(roundtrip, chunk, [])  # warm-up
-        for r in range(repeats):
-            latencies: dict[str, list[int]] = {name: [] for name in names}
-            total_ns = dict.fromkeys(names, 0)
-            for k in range(n // chunk):
-                for name in rotated(names, r + k):
-                    total_ns[name] += time_chunk(contenders[name], chunk, latencies[name])
-            for name in names:
-                lat = sorted(latencies[name])
-                rate = n * 1e9 / total_ns[name]
-                runs[name].append((percentile(lat, 0.5) / 1e3, percentile(lat, 0.99) / 1e3, rate))
+        # Per repeat and contender: (p50 us, p99 us, calls per second).
+        runs = latency_race(contenders, n, chunk, repeats)
         stored = store.count(conv)
     finally:
         store.stop()
@@ -180,15 +167,6 @@ def bench_memory_add(quick: bool) -> list[str]:
         f"{ratio_summary(ratios)} (throughput, paired per repeat, median [min..max] of "
         f"{repeats} x {n}; goal >= {ADD_VS_ASK_GOAL}) -> {verdict(ok)}"
     ]
-
-
-def time_loop(read: Callable[[], Any], n: int) -> int:
-    """Call ``read`` n times; return the total ns (no per-call clock: reads take ~1 us)."""
-    clock = time.perf_counter_ns
-    started = clock()
-    for _ in range(n):
-        read()
-    return clock() - started
 
 
 def bench_memory_get(quick: bool) -> list[str]:
@@ -213,17 +191,9 @@ def bench_memory_get(quick: bool) -> list[str]:
         }
         if any(len(read()) != LAST for read in contenders.values()):
             raise AssertionError(f"a read did not return {LAST} messages")
-        names = list(contenders)
-        rates: dict[str, list[float]] = {name: [] for name in names}
-        for read in contenders.values():
-            time_loop(read, chunk)  # warm-up
-        for r in range(repeats):
-            total_ns = dict.fromkeys(names, 0)
-            for k in range(n // chunk):
-                for name in rotated(names, r + k):
-                    total_ns[name] += time_loop(contenders[name], chunk)
-            for name in names:
-                rates[name].append(n * 1e9 / total_ns[name])
+        every = dict.fromkeys(contenders, chunk)
+        times = race(contenders, every, n // chunk, repeats, warmup=every)
+        rates = {name: [1 / t for t in times[name]] for name in contenders}  # calls per second
     finally:
         store.stop()
 
@@ -428,17 +398,9 @@ def bench_flat_get(quick: bool, big: BigDB) -> list[str]:
         }
         if contenders["big"]() != contenders["raw"]():
             raise AssertionError("the store's get(last=50) differs from the raw read")
-        names = list(contenders)
-        times: dict[str, list[float]] = {name: [] for name in names}  # us per get
-        for read in contenders.values():
-            time_loop(read, chunk)  # warm-up
-        for r in range(repeats):
-            total_ns = dict.fromkeys(names, 0)
-            for k in range(n // chunk):
-                for name in rotated(names, r + k):
-                    total_ns[name] += time_loop(contenders[name], chunk)
-            for name in names:
-                times[name].append(total_ns[name] / n / 1e3)
+        every = dict.fromkeys(contenders, chunk)
+        seconds = race(contenders, every, n // chunk, repeats, warmup=every)
+        times = {name: [t * 1e6 for t in seconds[name]] for name in contenders}  # us per get
     finally:
         store.stop()
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import queue
+import subprocess
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,3 +98,67 @@ class Worker(GenServer):
 def worker_spec(child_id: Any, trace: Trace | None = None, **kwargs: Any) -> ChildSpec:
     """A ChildSpec for a Worker tagged with its id."""
     return ChildSpec(child_id, start=lambda: Worker.start_link(child_id, trace), **kwargs)
+
+
+class LineReader:
+    """A subprocess's stdout lines, read on a thread into a queue and awaited with deadlines.
+
+    ``lines`` holds every line consumed so far (without its newline).
+    """
+
+    TAIL = 20
+    """Lines of output a failure message shows: the last ones read."""
+
+    def __init__(self, proc: subprocess.Popen[str], name: str = "line-reader") -> None:
+        assert proc.stdout is not None
+        self.proc = proc
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._read, name=name, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def read_until(self, done: Callable[[str], bool], timeout: float, what: str = "") -> str:
+        """Consume lines until ``done(line)`` holds for one and return it; fail the test on
+        EOF or at the deadline, naming ``what`` was awaited and the last lines read."""
+        deadline = time.monotonic() + timeout
+        awaited = what or "the awaited line"
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(
+                    f"no {awaited} in {timeout} s; output so far: {self.lines[-self.TAIL :]!r}"
+                )
+            try:
+                line = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(
+                    f"output ended before {awaited}; output: {self.lines[-self.TAIL :]!r}"
+                )
+            self.lines.append(line)
+            if done(line):
+                return line
+
+    def expect(self, prefix: str, timeout: float) -> str:
+        """The next line starting with ``prefix`` (lines before it are consumed)."""
+        return self.read_until(
+            lambda line: line.startswith(prefix), timeout, f"line starting {prefix!r}"
+        )
+
+    def close(self, timeout: float) -> None:
+        """Kill the process if it still runs, reap it, join the reader, close its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=timeout)
+        self.thread.join(timeout)
+        assert not self.thread.is_alive()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import ast
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,10 +15,12 @@ import pytest
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore
 from otpmem.stores.testing import ChatMemoryConformance
+from tests.support import LineReader
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 TIMEOUT = 60.0
+OUTPUT_WAIT = 30.0  # for each awaited line of a running example
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 # The examples import otpmem from this checkout, installed or not.
 ENV = {
@@ -112,37 +111,6 @@ def test_the_project_run_does_not_collect_the_example_suite() -> None:
     assert collected and all(line.startswith("tests/") for line in collected)
 
 
-class Output:
-    """The lines a subprocess prints, read on a thread, awaited with a deadline."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        self.stream = proc.stdout
-        self.queue: queue.Queue[str | None] = queue.Queue()
-        self.lines: list[str] = []
-        self.thread = threading.Thread(target=self._read, name="example-output")
-        self.thread.start()
-
-    def _read(self) -> None:
-        for line in self.stream:
-            self.queue.put(line.rstrip("\n"))
-        self.queue.put(None)
-
-    def expect(self, prefix: str, timeout: float = 30.0) -> str:
-        """The next line starting with ``prefix``; fails at the deadline or at EOF."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"no line starting {prefix!r} in {timeout} s; got {self.lines}")
-            if line is None:
-                pytest.fail(f"output ended before a line starting {prefix!r}; got {self.lines}")
-            self.lines.append(line)
-            if line.startswith(prefix):
-                return line
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_embedded_service_serves_then_stops_cleanly_on_a_signal(
     signum: signal.Signals, tmp_path: Path
@@ -157,16 +125,16 @@ def test_embedded_service_serves_then_stops_cleanly_on_a_signal(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    output = Output(proc)
+    output = LineReader(proc, name="example-output")
     try:
-        output.expect("ready")
+        output.expect("ready", OUTPUT_WAIT)
         assert proc.stdin is not None
         proc.stdin.write("alice: 2+3\n")
         proc.stdin.flush()
-        assert output.expect("alice <-") == "alice <- The sum is 5."
+        assert output.expect("alice <-", OUTPUT_WAIT) == "alice <- The sum is 5."
         proc.send_signal(signum)
         assert proc.wait(TIMEOUT) == 0, output.lines
-        assert output.expect("stopped cleanly") == "stopped cleanly after 1 request(s)"
+        assert output.expect("stopped cleanly", OUTPUT_WAIT) == "stopped cleanly after 1 request(s)"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,14 +9,12 @@ batch may be there in part.
 from __future__ import annotations
 
 import os
-import queue
 import random
 import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from otpmem.actors import NoProcess, ServerExited, faults
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, LevelDBStoreHandle
 from otpmem.supervisors import ChildSpec, Supervisor
-from tests.support import WAIT, Trace
+from tests.support import WAIT, LineReader, Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_WAIT = 20.0  # generous: a child interpreter must import otpmem and plyvel first
@@ -81,33 +79,11 @@ class Child:
             cwd=ROOT,
             env=env,
         )
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name="child-reader", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
+        self.output = LineReader(self.proc, name="child-reader")
 
     def read_until(self, done: Callable[[str], bool], timeout: float = CHILD_WAIT) -> None:
         """Consume lines until ``done(line)`` holds for one; fail on EOF or timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"child timed out; output so far: {self.lines[-20:]!r}")
-            try:
-                line = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise AssertionError(f"child ended early; output: {self.lines[-20:]!r}")
-            self.lines.append(line)
-            if done(line):
-                return
+        self.output.read_until(done, timeout, "line the test awaits from the child")
 
     def kill9(self) -> None:
         """SIGKILL the child and reap it."""
@@ -115,14 +91,7 @@ class Child:
         assert self.proc.wait(timeout=CHILD_WAIT) == -signal.SIGKILL
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=CHILD_WAIT)
-        self._reader.join(CHILD_WAIT)
-        assert not self._reader.is_alive()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        self.output.close(CHILD_WAIT)
 
 
 def run_writer_and_kill(
@@ -162,22 +131,6 @@ def check_batches(messages: list[dict[str, Any]], writer: int, parts: int) -> in
         assert msg["content"] == f"{w}/{i}/{j} " + "x" * 200
         assert msg["role"] == "user"
     return m
-
-
-@pytest.fixture
-def opened() -> Iterator[Callable[[Path], LevelDBStoreHandle]]:
-    """Open stores in the test; every one is stopped at the end."""
-    stores: list[LevelDBStoreHandle] = []
-
-    def open_store(path: Path) -> LevelDBStoreHandle:
-        store = LevelDBStore.start_link(path)
-        stores.append(store)
-        return store
-
-    yield open_store
-    for store in stores:
-        if store.alive:
-            store.stop()
 
 
 MID_STREAM = random.Random(0x1E7E1DB).randrange(80, 240)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from otpmem.stores import (
     StoreLocked,
     StoreUnavailable,
 )
+from tests.support import LineReader
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_WAIT = 20.0
@@ -41,22 +42,6 @@ def msg(text: str, role: str = "user") -> dict[str, Any]:
     return {"role": role, "content": text}
 
 
-@pytest.fixture
-def opened() -> Iterator[Callable[..., LevelDBStoreHandle]]:
-    """Open stores in the test; every one still alive is stopped at the end."""
-    stores: list[LevelDBStoreHandle] = []
-
-    def open_store(path: Path, **kwargs: Any) -> LevelDBStoreHandle:
-        store = LevelDBStore.start_link(path, **kwargs)
-        stores.append(store)
-        return store
-
-    yield open_store
-    for store in stores:
-        if store.alive:
-            store.stop()
-
-
 class Holder:
     """A child interpreter holding a directory's LevelDB lock; lines read with deadlines."""
 
@@ -69,32 +54,11 @@ class Holder:
             text=True,
             cwd=ROOT,
         )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name="holder-reader", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
+        self.output = LineReader(self.proc, name="holder-reader")
 
     def expect(self, wanted: str) -> None:
-        deadline = time.monotonic() + CHILD_WAIT
-        seen: list[str] = []
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"no {wanted!r} from the holder; got {seen!r}")
-            try:
-                line = self._lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise AssertionError(f"holder ended before {wanted!r}; got {seen!r}")
-            seen.append(line)
-            if line == wanted:
-                return
+        awaited = f"{wanted!r} from the holder"
+        self.output.read_until(lambda line: line == wanted, CHILD_WAIT, awaited)
 
     def release(self) -> None:
         assert self.proc.stdin is not None
@@ -104,14 +68,7 @@ class Holder:
         assert self.proc.wait(timeout=CHILD_WAIT) == 0
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=CHILD_WAIT)
-        self._reader.join(CHILD_WAIT)
-        assert not self._reader.is_alive()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        self.output.close(CHILD_WAIT)
 
 
 def seed(path: Path) -> dict[Conv, list[dict[str, Any]]]:
