@@ -299,6 +299,8 @@ class Supervisor(GenServer):
                 return
 
     def _add_restart(self) -> bool:
+        # OTP's add_restart, on the clock's float seconds where OTP truncates to whole
+        # seconds: a restart counts while it is at most `period` seconds old.
         now = self.clock()
         self.restarts.append(now)
         horizon = now - self.flags.period
