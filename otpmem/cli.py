@@ -175,6 +175,8 @@ def _simulate(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+        if model is not None:
+            model.close()
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
