@@ -6,7 +6,7 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otpmem.actors import GenServer, Stop
@@ -162,3 +162,15 @@ class LineReader:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+def assert_pair_safe(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Every tool result comes after the assistant message that called it (by id)."""
+    asked: set[str] = set()
+    for i, message in enumerate(messages):
+        if message.get("role") == "tool":
+            assert message.get("tool_call_id") in asked, (
+                f"messages[{i}] is a tool result for {message.get('tool_call_id')!r} "
+                f"with no earlier call: {message!r}"
+            )
+        asked |= {call["id"] for call in message.get("tool_calls") or ()}

@@ -57,6 +57,7 @@ from otpmem.memory import (
 )
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore
+from tests.support import assert_pair_safe
 
 Message = Mapping[str, Any]
 
@@ -130,18 +131,6 @@ def _ids(messages: Sequence[Message]) -> list[int]:
 
 def _contains(messages: Sequence[Message], message: Message) -> bool:
     return any(m is message for m in messages)
-
-
-def assert_pair_safe(output: Sequence[Message]) -> None:
-    """Property 1: every tool result follows the assistant message that called it."""
-    asked: set[str] = set()
-    for i, message in enumerate(output):
-        if message.get("role") == "tool":
-            assert message.get("tool_call_id") in asked, (
-                f"output[{i}] is a tool result for {message.get('tool_call_id')!r} "
-                "with no earlier call in the output"
-            )
-        asked |= _calls(message)
 
 
 def assert_report_accounts(

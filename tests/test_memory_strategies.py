@@ -27,6 +27,7 @@ from otpmem.memory.summarizers import SUMMARY_PROMPT
 from otpmem.memory.window import is_pinned
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore, MemoryStoreHandle
+from tests.support import assert_pair_safe
 
 CONV = Conv("bob", "strategies")
 
@@ -76,15 +77,6 @@ def result(call_id: str, cost: int | None = None) -> dict[str, Any]:
 
 def pinned_user(text: str) -> dict[str, Any]:
     return user(text, pinned=True)
-
-
-def assert_pair_safe(messages: Sequence[Mapping[str, Any]]) -> None:
-    asked: set[str] = set()
-    for message in messages:
-        for call in message.get("tool_calls") or ():
-            asked.add(call["id"])
-        if message.get("role") == "tool":
-            assert message["tool_call_id"] in asked, f"orphan tool result {message!r}"
 
 
 def contents(messages: Sequence[Mapping[str, Any]]) -> list[Any]:

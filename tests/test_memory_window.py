@@ -11,6 +11,7 @@ import pytest
 from otpmem.memory import DefaultProvider, drop_orphans, is_pinned, safe_window, units
 from otpmem.messages import Conv
 from otpmem.stores import ChatMemory, MemoryStore, MemoryStoreHandle
+from tests.support import assert_pair_safe
 
 CONV = Conv("alice", "window")
 
@@ -41,16 +42,6 @@ def calls(*ids: str) -> dict[str, Any]:
 
 def result(call_id: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": f"result of {call_id}"}
-
-
-def assert_pair_safe(messages: Sequence[Mapping[str, Any]]) -> None:
-    """Every tool result comes after the assistant message that asked for it."""
-    asked: set[str] = set()
-    for message in messages:
-        for call in message.get("tool_calls") or ():
-            asked.add(call["id"])
-        if message.get("role") == "tool":
-            assert message["tool_call_id"] in asked, f"orphan tool result {message!r}"
 
 
 class SpyStore:
