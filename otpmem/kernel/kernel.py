@@ -74,6 +74,8 @@ class Kernel:
             if not isinstance(item, Filter):
                 raise TypeError(f"filters are Filter objects, got {item!r}")
         self.tools = toolset(tools)
+        # Built once: every model call sends the same tool list.
+        self.specs = [t.spec() for t in self.tools.values()] or None
         self.max_tool_iterations = max_tool_iterations
         self.memory = next((f.memory for f in self.filters if f.memory is not None), None)
 
@@ -88,10 +90,9 @@ class Kernel:
         filters = list(self.filters)
         if system_prompt:
             filters.append(system_prompt_filter([{"role": "system", "content": system_prompt}]))
-        specs = [t.spec() for t in self.tools.values()] or None
 
         def terminal(request: ChatRequest) -> tuple[ChatResponse, Context]:
-            response = self.llm.chat(request.messages, specs, **dict(request.options))
+            response = self.llm.chat(request.messages, self.specs, **dict(request.options))
             return response, request.context
 
         request = ChatRequest(list(messages), context or Context(), options)
