@@ -41,18 +41,17 @@ def test_program_exits_and_terminates_children_newest_first() -> None:
     ]
 
 
-def test_pykka_stop_all_still_goes_through_the_exit_path() -> None:
+def test_stop_all_goes_through_the_exit_path() -> None:
     program = textwrap.dedent(
         """
-        import pykka
-        from otpmem.actors import GenServer, Handle
+        from otpmem.actors import GenServer, stop_all
 
         class Noisy(GenServer):
             def terminate(self, reason):
                 print("terminate", reason, flush=True)
 
         h = Noisy.start(name="n")
-        pykka.ActorRegistry.stop_all()
+        stop_all()
         print("alive after stop_all:", h.alive, flush=True)
         """
     )

@@ -9,10 +9,10 @@ from typing import Any
 
 import pykka
 import pytest
-from pykka._envelope import Envelope
 
-from otpmem.actors import GenServer
-from tests.support import WAIT, Worker
+from otpmem.actors import GenServer, GreenletActor, live_processes
+from otpmem.actors._scheduler import in_runner
+from tests.support import WAIT
 
 
 class Echo(pykka.ThreadingActor):
@@ -99,39 +99,101 @@ def test_actor_threads_are_not_daemons_by_default() -> None:
         ref.stop()
 
 
-def test_overridden_inbox_factory_is_used() -> None:
-    worker = Worker.start()
+def test_pykka_actor_init_fields_are_what_greenlet_actor_sets() -> None:
+    """GreenletActor skips pykka's __init__ (a uuid and a threading.Event, ~5 KB each) and sets
+    the fields pykka documents; ActorRef reads exactly these."""
+    ref = pykka.ActorRef(_Bare())
+    assert ref.actor_urn == "urn:bare"
+    assert ref.actor_inbox is _Bare.inbox_marker
+    assert ref.is_alive()
+
+
+class _Bare(pykka.Actor):
+    inbox_marker: Any = object()
+
+    def __init__(self) -> None:  # no super().__init__(): only the documented fields
+        self.actor_urn = "urn:bare"
+        self.actor_inbox = self.inbox_marker
+        self.actor_stopped = threading.Event()
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        raise AssertionError("not called")
+
+    @staticmethod
+    def _create_future() -> Any:
+        raise AssertionError("not called")
+
+    def _start_actor_loop(self) -> None:
+        raise AssertionError("not called")
+
+
+class GreenEcho(GreenletActor):
+    def on_start(self) -> None:
+        self.started = True
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "where":
+            return (threading.current_thread().name, in_runner())
+        if message == "boom":
+            raise ValueError("boom")
+        return message
+
+
+def test_greenlet_actor_runs_pykka_loop_on_a_scheduler() -> None:
+    ref = GreenEcho.start()
     try:
-        process = worker.resolve()
-        assert isinstance(process._shell.actor_inbox, queue.SimpleQueue)
+        assert ref.ask("hi", timeout=WAIT) == "hi"
+        thread_name, on_runner = ref.ask("where", timeout=WAIT)
+        assert thread_name.startswith("otpmem-scheduler-")
+        assert on_runner
+        assert ref.proxy().started.get(timeout=WAIT) is True
+        with pytest.raises(ValueError, match="boom"):
+            ref.ask("boom", timeout=WAIT)
+        assert ref.ask("still alive", timeout=WAIT) == "still alive"
     finally:
-        worker.stop()
+        assert ref.stop(timeout=WAIT)
+    assert not ref.is_alive()
+    with pytest.raises(pykka.ActorDeadError):
+        ref.tell("late")
 
 
-def test_loop_exits_once_actor_stopped_is_set_and_an_envelope_wakes_it() -> None:
-    """How kill works: set the flag, put an envelope straight into the inbox."""
-    handled: list[Any] = []
+def test_greenlet_future_suspends_a_process_instead_of_blocking_its_thread() -> None:
+    """A process asking a pykka actor that lives on the same scheduler must not deadlock."""
+    echo = GreenEcho.start()
 
-    class Watcher(pykka.ThreadingActor):
-        def on_receive(self, message: Any) -> Any:
-            handled.append(message)
-            self.actor_stopped.set()
+    class Asker(GenServer):
+        def handle_call(self, message: Any) -> Any:
+            return echo.ask(message, timeout=WAIT)
 
-    ref = Watcher.start()
-    ref.actor_inbox.put(Envelope("wake"))  # type: ignore[attr-defined]
-    ref.actor_inbox.put(Envelope("never handled"))  # type: ignore[attr-defined]
-    ref.actor_stopped.wait(WAIT)
-    pykka.ActorRegistry.unregister(ref)
-    assert handled[0] == "wake"
-    assert "never handled" not in handled
+    asker = Asker.start()
+    try:
+        assert [asker.call(i) for i in range(100)] == list(range(100))
+    finally:
+        asker.stop()
+        echo.stop(timeout=WAIT)
 
 
-def test_processes_appear_in_the_pykka_registry_while_alive() -> None:
+def test_greenlet_future_times_out_like_pykka() -> None:
+    future = GreenletActor._create_future()
+    with pytest.raises(pykka.Timeout):
+        future.get(timeout=0.01)
+    future.set(1)
+    assert future.get(timeout=0) == 1
+    with pytest.raises(queue.Full):
+        future.set(2)
+
+
+def test_processes_are_not_in_pykka_registry() -> None:
+    """pykka's registry is a list (unregister is O(n)): a million processes could never stop.
+    The runtime keeps its own table; ``otpmem.actors.stop_all`` is the way to stop them all."""
+
     class Server(GenServer):
         pass
 
     server = Server.start()
     process = server.resolve()
-    assert process._shell.actor_ref in pykka.ActorRegistry.get_all()
+    assert process in live_processes()
+    assert not any(ref.actor_urn == str(process.pid) for ref in pykka.ActorRegistry.get_all())
     server.stop()
-    assert process._shell.actor_ref not in pykka.ActorRegistry.get_all()
+    assert process not in live_processes()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from otpmem.actors import IGNORE, GenServer, Handle, Pid, faults
+from otpmem.actors import IGNORE, GenServer, Handle, Pid, blocking, faults
 from otpmem.actors.faults import FaultPlan
 from otpmem.supervisors import (
     ChildAlreadyPresent,
@@ -73,7 +73,9 @@ class RendezvousWorker(Worker):
         self.barrier = barrier
 
     def terminate(self, reason: Any) -> None:
-        self.barrier.wait(1.5)
+        # A thread barrier blocks its thread: waited on the blocking pool, so siblings that
+        # share a scheduler can all reach it.
+        blocking(self.barrier.wait, 1.5)
         super().terminate(reason)
 
 

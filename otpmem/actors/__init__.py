@@ -1,4 +1,7 @@
-"""The runtime: OTP's generic server, links, names and tables, on pykka threads."""
+"""The runtime: OTP's generic server, links, names and tables, as lightweight processes."""
+
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._errors import (
     KILLED,
@@ -10,6 +13,7 @@ from ._errors import (
     CallTimeout,
     ExitReason,
     InitFailed,
+    Killed,
     NoProcess,
     NotInProcess,
     ServerExited,
@@ -31,7 +35,18 @@ from ._genserver import (
     unlink,
 )
 from ._names import registered
-from ._node import live_processes, on_exit, stop_all
+from ._node import current, live_processes, on_exit, stop_all
+from ._scheduler import (
+    Event,
+    HogReport,
+    add_hog_listener,
+    remove_hog_listener,
+    sleep,
+)
+from ._scheduler import (
+    run_blocking as _run_blocking,
+)
+from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
 from ._tables import Table, TableKeeper, claim_table, give_away, new_table, set_heir
 
@@ -46,11 +61,15 @@ __all__ = [
     "CallTimeout",
     "CallingSelf",
     "Down",
+    "Event",
     "Exit",
     "ExitReason",
     "GenServer",
+    "GreenletActor",
     "Handle",
+    "HogReport",
     "InitFailed",
+    "Killed",
     "NoProcess",
     "NotInProcess",
     "Pid",
@@ -62,7 +81,10 @@ __all__ = [
     "TableError",
     "TableKeeper",
     "TableTransfer",
+    "add_hog_listener",
+    "blocking",
     "claim_table",
+    "current",
     "demonitor",
     "give_away",
     "is_normal_exit",
@@ -74,15 +96,20 @@ __all__ = [
     "on_exit",
     "register",
     "registered",
+    "remove_hog_listener",
     "reply",
     "reply_error",
     "self_handle",
     "set_heir",
+    "sleep",
     "stop_all",
     "unlink",
     "unregister",
     "whereis",
 ]
+
+
+T = TypeVar("T")
 
 
 def register(name: str, target: Handle) -> None:
@@ -105,3 +132,14 @@ def whereis(name: str) -> Handle | None:
 
     process = _names.lookup(name)
     return None if process is None else type(process.server).handle_class(process)
+
+
+def blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run ``fn(*args, **kwargs)`` on the blocking pool; the calling process suspends meanwhile.
+
+    For work that blocks its thread (HTTP, tools, files, fsync): a process that ran it
+    inline would hold its scheduler. Off a scheduler (a plain thread), ``fn`` runs inline.
+    A process killed while the work is in flight never sees its result.
+    """
+    result: T = _run_blocking(fn, args, kwargs)
+    return result

@@ -110,3 +110,15 @@ class NotInProcess(ActorError):
 
 class TableError(ActorError):
     """A table was used against its ownership rules, or after it was deleted."""
+
+
+class Killed(BaseException):
+    """Raised in a process that was killed, at its next runtime operation or wait.
+
+    A ``BaseException``, so an ``except Exception`` in user code does not swallow it: a
+    process declared dead does nothing more, whatever its handler was doing.
+    """
+
+    def __init__(self, process: object) -> None:
+        super().__init__(f"{process!r} was killed: it may not call, send, link or write anymore")
+        self.process = process

@@ -1,9 +1,8 @@
-"""GenServer: OTP's generic server on a pykka thread, and the Handle that talks to it."""
+"""GenServer: OTP's generic server as a lightweight process, and the Handle that talks to it."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from . import _names
@@ -16,7 +15,7 @@ from ._errors import (
     NotInProcess,
 )
 from ._node import current, next_monitor_ref
-from ._process import Process
+from ._process import Process, check_not_killed
 from ._signals import CallEnvelope, CastEnvelope, Down, Pid, Slot
 
 if TYPE_CHECKING:
@@ -43,12 +42,14 @@ class ReplyTo:
 
 def reply(to: ReplyTo, value: Any) -> bool:
     """Answer a call that returned ``NO_REPLY``; False if it already timed out or failed."""
+    check_not_killed()
     to._process.pending.discard(to._slot)
     return to._slot.set(value)
 
 
 def reply_error(to: ReplyTo, error: BaseException) -> bool:
     """Answer a deferred call with an error the caller will raise."""
+    check_not_killed()
     to._process.pending.discard(to._slot)
     return to._slot.fail(error)
 
@@ -125,8 +126,11 @@ class Handle:
         ``CallingSelf`` from the server's own thread, and the server's declared caller
         errors as they were raised.
         """
+        me = current()
+        if me is not None and me.killed:
+            check_not_killed()
         process = self.resolve()
-        if process.thread is threading.current_thread():
+        if process is me:
             raise CallingSelf(self._target())
         slot = Slot()
         pending = process.pending
@@ -136,7 +140,7 @@ class Handle:
         if process.dead:
             pending.discard(slot)
             raise NoProcess(self._target())
-        process.send(CallEnvelope(message, slot, current()))
+        process.send(CallEnvelope(message, slot, me))
         if not slot.wait(timeout):
             pending.discard(slot)
             raise CallTimeout(self._target(), timeout)
@@ -146,12 +150,14 @@ class Handle:
 
     def cast(self, message: Any) -> None:
         """Send ``message`` to ``handle_cast``; dropped silently if nobody runs (as in OTP)."""
+        check_not_killed()
         process = self._process_or_none()
         if process is not None:
             process.send(CastEnvelope(message))
 
     def send(self, message: Any) -> None:
         """Send ``message`` to ``handle_info`` (Erlang's ``!``); dropped if nobody runs."""
+        check_not_killed()
         process = self._process_or_none()
         if process is not None:
             process.send(message)
@@ -162,8 +168,9 @@ class Handle:
         Raises ``NoProcess`` if it is not running and ``CallTimeout`` if it has not exited
         within ``timeout`` s (it still stops when it gets to the request).
         """
+        check_not_killed()
         process = self.resolve()
-        if process.thread is threading.current_thread():
+        if process is current():
             raise CallingSelf(self._target())
         if not process.request_stop(reason):
             raise NoProcess(self._target())
@@ -209,7 +216,8 @@ class GenServer:
         counter.call(5)  # -> 15
         counter.stop()
 
-    Every callback runs on the server's own thread, one message at a time. An exception
+    Every callback runs in the server's own process, one message at a time; a callback that
+    calls another server suspends its process, never its scheduler thread. An exception
     escaping a callback crashes the server (the caller of a pending call gets
     ``ServerExited``), except the types listed in ``caller_errors``, which go back to the
     caller and leave the server running.
@@ -309,6 +317,7 @@ class GenServer:
         faults: FaultPlan | None,
         start_timeout: float | None,
     ) -> Handle:
+        check_not_killed()
         server = cls.__new__(cls)
         process = Process(server, args, kwargs, parent, faults)
         process.start(name, start_timeout)
@@ -319,6 +328,7 @@ def _calling_process(what: str) -> Process:
     process = current()
     if process is None:
         raise NotInProcess(what)
+    check_not_killed()
     return process
 
 

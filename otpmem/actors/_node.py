@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._errors import KILLED
+from ._scheduler import running_process
 from ._signals import Pid
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ _monitor_refs = itertools.count(1)
 # One lock for the link graph: linking touches two processes, and per-process locks taken in
 # two orders would deadlock.
 _link_lock = threading.Lock()
-_local = threading.local()
 _hook_lock = threading.Lock()
 _hook_installed = False
 READY_POLL = 0.01  # how often a reader waiting for init checks whether the process died
@@ -51,8 +51,8 @@ live_table = _LiveTable()
 
 
 def current() -> Process | None:
-    """The process whose thread is running this code, or None outside any server."""
-    process: Process | None = getattr(_local, "process", None)
+    """The process running this code (or whose blocking work this is), or None."""
+    process: Process | None = running_process()
     return process
 
 
@@ -100,7 +100,7 @@ def stop_all(timeout: float = 5.0) -> None:
             return
         roots = [p for p in procs if p.parent is None or p.parent.dead]
         for proc in reversed(roots or procs):
-            if proc.request_stop("shutdown") and proc.exited.wait(timeout):
+            if proc.request_shutdown("shutdown") and proc.exited.wait(timeout):
                 continue
             if not proc.exited.is_set():
                 proc.kill(KILLED, grace=timeout)

@@ -1,34 +1,47 @@
-"""Processes: a pykka thread with a pid, links, monitors, and exactly one way to die.
+"""Processes: a mailbox on the schedulers, with a pid, links, monitors and one way to die.
 
-Every exit path (a handler raising, an orderly stop, an exit signal from a link, a brutal
+Every exit path (a handler raising, an orderly stop, a shutdown or exit signal, a brutal
 kill) ends in ``Process._exit``, which runs once and in OTP's order: terminate callback,
 release what the process owned (tables go to their heir, names are freed), fail pending
 calls, notify links and monitors, then set ``exited``. A process therefore never learns of a
 death before the dead process's resources are free to take.
+
+Signals do not queue behind messages: a kill, a shutdown (``request_shutdown``) or an exit
+signal from the parent takes effect after the message being handled now, whatever waits
+in the mailbox; a process suspended in a wait is woken by a kill at once.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pykka
-
 from . import _names
-from ._errors import KILLED, NORMAL, ExitReason, InitFailed, ServerExited, StartIgnored
+from ._errors import KILLED, NORMAL, ExitReason, InitFailed, Killed, ServerExited, StartIgnored
 from ._node import (
     READY_POLL,
     _link_lock,
-    _local,
     _pid_counter,
-    current,
     install_exit_hook,
     live_table,
     next_monitor_ref,
+)
+from ._scheduler import (
+    BATCH,
+    IDLE,
+    QUEUED,
+    RUNNING,
+    Event,
+    OneShot,
+    Scheduler,
+    monotonic,
+    poke,
+    requeue,
+    running_process,
+    wake,
 )
 from ._signals import (
     IGNORE,
@@ -40,7 +53,6 @@ from ._signals import (
     Down,
     Exit,
     Pid,
-    Slot,
     Stop,
     StopRequest,
     Wake,
@@ -54,38 +66,45 @@ if TYPE_CHECKING:
 logger = logging.getLogger("otpmem.actors")
 
 
-class _Shell(pykka.ThreadingActor):
-    """The pykka actor that runs a Process: a thread and a mailbox, no policy of its own."""
-
-    use_daemon_thread = False  # so that terminate callbacks run at interpreter exit
-
-    @staticmethod
-    def _create_actor_inbox() -> Any:
-        # SimpleQueue roundtrips are about twice as fast as queue.Queue (perf_anchors.md §1).
-        return queue.SimpleQueue()
-
-    def __init__(self, process: Process) -> None:
-        super().__init__()
-        self.process = process
-
-    def on_start(self) -> None:
-        self.process._run_init()
-
-    def on_receive(self, message: Any) -> Any:
-        self.process._dispatch(message)
-
-    def on_stop(self) -> None:
-        # Only reached if someone stops the pykka actor directly (e.g. ActorRegistry.stop_all):
-        # it still exits through the one exit path, so links and supervisors hear of it.
-        self.process._exit("shutdown", run_terminate=True)
-
-    def on_failure(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        # Unreachable while _dispatch catches everything; kept so no exit goes unreported.
-        self.process._exit(exc, run_terminate=False)
-
-
 class Process:
-    """One incarnation of a server: its identity, its links, its lifecycle."""
+    """One incarnation of a server: its identity, its mailbox, its links, its lifecycle."""
+
+    __slots__ = (
+        "__weakref__",
+        "_args",
+        "_exiting",
+        "_finished",
+        "_initialized",
+        "_kwargs",
+        "_lock",
+        "_notified",
+        "_shutdown",
+        "_started",
+        "cleanups",
+        "current_call",
+        "dead",
+        "exit_reason",
+        "exited",
+        "faults",
+        "home",
+        "kill_event",
+        "kill_reason",
+        "killed",
+        "links",
+        "mailbox",
+        "name",
+        "parent",
+        "pending",
+        "pid",
+        "ready",
+        "run_lock",
+        "run_state",
+        "server",
+        "tables",
+        "trap_exits",
+        "waiting",
+        "watchers",
+    )
 
     def __init__(
         self,
@@ -101,32 +120,35 @@ class Process:
         self.parent = parent
         self.faults = faults
         self.trap_exits = server.trap_exits
-        self.thread: threading.Thread | None = None
-        self.exited = threading.Event()
+        self.mailbox: deque[Any] = deque()
+        self.run_state = IDLE
+        self.run_lock = threading.Lock()
+        self.home: Scheduler | None = None
+        self.waiting: OneShot | None = None
+        self.exited = Event()
         # Set once init has returned: direct readers of a server's state wait for it, since a
         # name is visible (and calls queue) from before init runs, as in OTP.
-        self.ready = threading.Event()
+        self.ready = Event()
+        self.kill_event = Event()
         self.exit_reason: ExitReason = None
         self.tables: list[Table[Any, Any]] = []
         self.cleanups: list[Callable[[], None]] = []
         self.links: set[Process] = set()
         self.watchers: dict[int, Process] = {}  # monitor ref -> the process watching us
-        self.pending: set[Slot] = set()
+        self.pending: set[OneShot] = set()
         self.dead = False  # no new call is accepted once set
+        self.killed = False  # a kill arrived: nothing more may happen on its behalf
+        self.kill_reason: ExitReason = None
         self.current_call: CallEnvelope | None = None
-        self.kill_event = threading.Event()
         self._args = args
         self._kwargs = kwargs
         self._lock = threading.Lock()
         self._exiting = False
         self._finished = False
         self._notified = False
-        self._killed: ExitReason = None
-        self._is_killed = False
-        self._started = Slot()
-        # The mailbox exists before the name is registered, so a message sent by name in the
-        # window before init finishes is queued, as in OTP.
-        self._shell = _Shell(self)
+        self._initialized = False
+        self._shutdown: ExitReason = None
+        self._started = OneShot()
         server._process = self
 
     def __repr__(self) -> str:
@@ -136,7 +158,7 @@ class Process:
     # -- starting ---------------------------------------------------------------------------
 
     def start(self, name: str | None, timeout: float | None) -> None:
-        """Start the thread, wait for ``init`` (OTP's init_ack); raise if it failed."""
+        """Queue ``init`` on a scheduler and wait for it (OTP's init_ack); raise if it failed."""
         if name is not None:
             _names.reserve(name, self)
         if self.parent is not None:
@@ -145,9 +167,8 @@ class Process:
                 self.parent.links.add(self)
         live_table.add(self)
         install_exit_hook()
-        # What pykka's Actor.start does, split so the actor exists before its name does.
-        pykka.ActorRegistry.register(self._shell.actor_ref)
-        self._shell._start_actor_loop()
+        self.run_state = QUEUED
+        wake(self)
         if not self._started.wait(timeout):
             # As proc_lib does: unlink first, so the starter is told by this error only.
             if self.parent is not None:
@@ -158,19 +179,21 @@ class Process:
             raise self._started.error
 
     def _run_init(self) -> None:
-        _local.process = self
-        self.thread = threading.current_thread()
         server = type(self.server).__name__
         try:
             if self.faults is not None:
                 self.faults._before_init(self)
             result = self.server.init(*self._args, **self._kwargs)
         except BaseException as exc:
-            self._abort_start(exc, InitFailed(server, exc), exc)
+            if self.killed:
+                self._exit(self.kill_reason, run_terminate=False)
+                self._started.fail(InitFailed(server, self.kill_reason))
+            else:
+                self._abort_start(exc, InitFailed(server, exc), exc)
             return
-        if self._is_killed:
-            self._exit(self._killed, run_terminate=False)
-            self._started.fail(InitFailed(server, self._killed))
+        if self.killed:
+            self._exit(self.kill_reason, run_terminate=False)
+            self._started.fail(InitFailed(server, self.kill_reason))
         elif result is IGNORE:
             self._abort_start(NORMAL, StartIgnored(server), None)
         else:
@@ -194,16 +217,44 @@ class Process:
 
     def send(self, message: Any) -> bool:
         """Put ``message`` in the mailbox; False if the process is gone."""
-        try:
-            self._shell.actor_ref.tell(message)
-        except pykka.ActorDeadError:
+        if self._finished:
             return False
+        self.mailbox.append(message)
+        if self.run_state == IDLE:
+            poke(self)
         return True
 
+    def run_batch(self) -> None:
+        """Handle messages until the mailbox is empty or ``BATCH`` are done (on a runner)."""
+        if not self._initialized:
+            self._initialized = True
+            self._run_init()
+        mailbox = self.mailbox
+        for _ in range(BATCH):
+            if self._exiting:
+                return
+            if self.killed:
+                self._exit(self.kill_reason, run_terminate=False)
+                return
+            if self._shutdown is not None:
+                self._exit(self._shutdown, run_terminate=True)
+                return
+            if not mailbox:
+                # Idle, then look again: a sender that saw us running appended before we
+                # set IDLE, so its message is seen here; one that saw IDLE queued us.
+                self.run_state = IDLE
+                if not mailbox:
+                    return
+                with self.run_lock:
+                    if self.run_state != IDLE:
+                        return
+                    self.run_state = RUNNING
+                continue
+            self.run_state = RUNNING
+            self._dispatch(mailbox.popleft())
+        requeue(self)
+
     def _dispatch(self, message: Any) -> None:
-        if self._is_killed:
-            self._exit(self._killed, run_terminate=False)
-            return
         kind = type(message)
         server = self.server
         try:
@@ -219,17 +270,15 @@ class Process:
                 self._crash(message.reason)
             elif kind is Wake:
                 pass
-            elif kind is Exit and self.parent is not None and message.pid == self.parent.pid:
-                # A server that traps exits still dies with its parent (gen_server rule).
-                self._exit(message.reason, run_terminate=True)
             else:
                 if self.faults is not None:
                     self.faults._before_message(self, message)
                 self._after_handler(server.handle_info(message))
         except BaseException as exc:
-            self._crash(exc)
-        if self._is_killed:
-            self._exit(self._killed, run_terminate=False)
+            if self.killed:
+                self._exit(self.kill_reason, run_terminate=False)
+            else:
+                self._crash(exc)
 
     def _handle_call(self, envelope: CallEnvelope) -> None:
         slot = envelope.slot
@@ -242,11 +291,13 @@ class Process:
             # The caller's mistake: answer with the error, keep serving (stores use this for
             # invalid messages).
             self.current_call = None
+            if self.killed:
+                return
             self.pending.discard(slot)
             slot.fail(exc)
             return
         self.current_call = None
-        if self._is_killed:
+        if self.killed:
             return  # killed mid-call: the exit path fails the slot, as OTP's caller sees 'killed'
         if result is NO_REPLY:
             return
@@ -269,13 +320,13 @@ class Process:
             logger.error("%r crashed with reason %r", self, reason)
         self._exit(reason, run_terminate=True)
 
-    # -- dying ------------------------------------------------------------------------------
+    # -- signals ----------------------------------------------------------------------------
 
     def wait_ready(self, timeout: float | None) -> bool:
         """Wait until ``init`` has returned; False at once if the process exits first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else monotonic() + timeout
         while not self.ready.wait(READY_POLL):
-            if self.exited.is_set() or (deadline is not None and time.monotonic() > deadline):
+            if self.exited.is_set() or (deadline is not None and monotonic() > deadline):
                 return self.ready.is_set()
         return True
 
@@ -283,49 +334,70 @@ class Process:
         """Queue an orderly stop behind the messages already in the mailbox."""
         return not self.dead and self.send(StopRequest(reason))
 
-    def kill(self, reason: ExitReason = KILLED, grace: float | None = 1.0) -> None:
-        """Kill without running ``terminate``; wait up to ``grace`` s for the thread to notice.
+    def request_shutdown(self, reason: ExitReason) -> bool:
+        """An exit signal out of band: exit after the current message, ``terminate`` runs.
 
-        A thread cannot be pre-empted in Python: a handler that does not return within
-        ``grace`` leaves a zombie thread, whose process is then declared dead from outside
-        (tables to their heir, names freed, links told) so nothing waits on it.
+        Whatever is queued is not handled (its callers get ``ServerExited``), as an OTP
+        process that is sent ``exit(Pid, shutdown)`` does not first drain its mailbox.
+        """
+        with self._lock:
+            if self._exiting or self._finished:
+                return False
+            if self._shutdown is None:
+                self._shutdown = reason
+        self.send(WAKE)
+        return True
+
+    def kill(self, reason: ExitReason = KILLED, grace: float | None = 1.0) -> None:
+        """Kill without running ``terminate``; wait up to ``grace`` s for it to be dead.
+
+        A process suspended in a wait dies at once. A handler that blocks its thread in
+        native code cannot be pre-empted in Python: after ``grace`` the process is declared
+        dead from outside (tables to their heir, names freed, links told, pending calls
+        failed), and whatever its thread still does fails with ``Killed``.
         """
         self.signal_kill(reason)
-        if current() is self:
+        if running_process() is self:
             self._exit(reason, run_terminate=False)
             return
         if not self.exited.wait(grace):
             logger.error(
-                "%r did not return from its handler within %s s of being killed; "
-                "its thread is left running as a zombie",
+                "%r did not return from its handler within %s s of being killed; it is "
+                "declared dead, and its thread can no longer reach any process or table",
                 self,
                 grace,
             )
             with self._lock:
                 self._exiting = True
                 self.dead = True
-            self._shell.actor_stopped.set()
             self._finish(reason)
 
     def signal_kill(self, reason: ExitReason) -> None:
         """Mark the process killed and wake it; returns at once."""
         with self._lock:
-            if self._finished:
+            if self._finished or self.killed:
                 return
-            if not self._is_killed:
-                self._is_killed = True
-                self._killed = reason
+            self.killed = True
+            self.kill_reason = reason
         # Cuts short the waits of fault plans (slow init, slow terminate).
         self.kill_event.set()
-        # actor_stopped is left alone: the loop must still pick up a message to see the flag.
-        self._shell.actor_inbox.put(_wake_envelope())
+        waiting = self.waiting
+        if waiting is not None:
+            waiting.time_out()  # a suspended process wakes to find itself killed
+        self.send(WAKE)
 
     def exit_signal(self, source: Pid, reason: ExitReason) -> None:
         """A linked process exited: trap it as an ``Exit`` message, or die of it."""
-        if self.trap_exits:
+        if self.parent is not None and source == self.parent.pid and self.trap_exits:
+            # A server that traps exits still dies with its parent (gen_server rule), after
+            # the message it handles now, running terminate.
+            self.request_shutdown(reason)
+        elif self.trap_exits:
             self.send(Exit(source, reason))
         elif reason != NORMAL:
             self.signal_kill(reason)
+
+    # -- dying ------------------------------------------------------------------------------
 
     def _exit(self, reason: ExitReason, run_terminate: bool) -> bool:
         with self._lock:
@@ -333,20 +405,18 @@ class Process:
                 return False
             self._exiting = True
             self.dead = True
-        self._shell.actor_stopped.set()
         if run_terminate:
             self._run_terminate(reason)
         return self._finish(reason)
 
     def _finish(self, reason: ExitReason) -> bool:
-        # Runs once, on the process's thread, or on a killer's when that thread is stuck.
+        # Runs once: on the process's runner, or on a killer's when the handler is stuck.
         with self._lock:
             if self._finished:
                 return False
             self._finished = True
-            if self._is_killed:
-                reason = self._killed  # a kill overrides the reason of an exit in progress
-        pykka.ActorRegistry.unregister(self._shell.actor_ref)
+            if self.killed:
+                reason = self.kill_reason  # a kill overrides the reason of an exit in progress
         while self.cleanups:
             cleanup = self.cleanups.pop()
             try:
@@ -362,6 +432,9 @@ class Process:
         for slot in list(self.pending):
             slot.fail(error)
         self.pending.clear()
+        for message in _drain(self.mailbox):
+            if type(message) is CallEnvelope:
+                message.slot.fail(error)
         live_table.remove(self)
         with _link_lock:
             self._notified = True
@@ -384,9 +457,11 @@ class Process:
         try:
             if self.faults is not None:
                 self.faults._before_terminate(self)
-                if self._is_killed:
+                if self.killed:
                     return  # killed during the injected delay: a killed process runs nothing more
             self.server.terminate(reason)
+        except Killed:
+            pass
         except BaseException:
             logger.exception("%r raised in terminate(%r)", self, reason)
 
@@ -423,17 +498,25 @@ class Process:
             other.watchers.pop(ref, None)
 
 
-def _exit_error(process: Process, reason: ExitReason) -> Exception:
+def _drain(mailbox: deque[Any]) -> list[Any]:
+    drained = []
+    while mailbox:
+        try:
+            drained.append(mailbox.popleft())
+        except IndexError:
+            break
+    return drained
 
+
+def _exit_error(process: Process, reason: ExitReason) -> Exception:
     error = ServerExited(process, reason)
     if isinstance(reason, BaseException):
         error.__cause__ = reason
     return error
 
 
-def _wake_envelope() -> Any:
-    # The inbox takes pykka envelopes; a killed process must be woken even after pykka
-    # considers it stopped, so this bypasses ActorRef.tell's liveness check.
-    from pykka._envelope import Envelope
-
-    return Envelope(WAKE)
+def check_not_killed() -> None:
+    """Raise ``Killed`` if the calling code runs for a process that was killed."""
+    process = running_process()
+    if process is not None and process.killed:
+        raise Killed(process)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import NORMAL, ExitReason
+from ._scheduler import OneShot
 
 if TYPE_CHECKING:
     from ._process import Process
@@ -74,41 +73,8 @@ class TableTransfer:
     data: Any
 
 
-class Slot:
-    """A one-shot reply slot: the first ``set`` or ``fail`` wins, later ones are dropped.
-
-    A bare lock is the cheapest blocking primitive in CPython; ``itertools.count`` gives an
-    atomic test-and-set under the GIL, so a late reply after a timeout cannot clobber anything.
-    """
-
-    __slots__ = ("_claim", "_done", "error", "value")
-
-    def __init__(self) -> None:
-        self._claim = itertools.count().__next__
-        self._done = threading.Lock()
-        self._done.acquire()
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def set(self, value: Any) -> bool:
-        """Store the reply; False if the slot was already answered."""
-        if self._claim():
-            return False
-        self.value = value
-        self._done.release()
-        return True
-
-    def fail(self, error: BaseException) -> bool:
-        """Store an error for the waiter to raise; False if already answered."""
-        if self._claim():
-            return False
-        self.error = error
-        self._done.release()
-        return True
-
-    def wait(self, timeout: float | None) -> bool:
-        """Block until answered; False on timeout. ``None`` waits forever."""
-        return self._done.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+Slot = OneShot
+"""A call's one-shot reply slot (see ``OneShot``)."""
 
 
 class CallEnvelope:

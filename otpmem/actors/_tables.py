@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-from ._errors import NoProcess, NotInProcess, TableError
+from ._errors import Killed, NoProcess, NotInProcess, TableError
 from ._genserver import GenServer, Handle
 from ._node import current
 from ._process import Process
@@ -60,7 +60,10 @@ class Table(Generic[K, V]):
     def _write(self) -> dict[K, V]:
         data = self._read()
         owner = self._owner
-        if owner is None or owner.thread is not threading.current_thread():
+        writer = current()
+        if writer is not None and writer.killed:
+            raise Killed(writer)
+        if owner is None or owner is not writer:
             raise TableError(
                 f"table {self.name!r} is protected: only its owner {owner!r} may write it"
             )

@@ -18,11 +18,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._errors import KILLED, CallTimeout, ExitReason, NoProcess
+from ._scheduler import sleep
 from ._signals import CrashRequest, Pid
 
 if TYPE_CHECKING:
     from ._genserver import Handle
     from ._process import Process
+
+
+HOLD_POLL = 0.002
 
 
 class InjectedCrash(Exception):
@@ -167,9 +171,12 @@ class FaultPlan:
         hold = self._take(process, ("hold_when",), message)
         if hold is not None and hold.release is not None:
             deadline = time.monotonic() + hold.seconds
-            while not hold.release.wait(0.01):
+            # The release is a plain threading.Event: poll it with the runtime's sleep so the
+            # held process suspends instead of holding its scheduler thread.
+            while not hold.release.is_set():
                 if process.kill_event.is_set() or time.monotonic() > deadline:
                     break
+                sleep(HOLD_POLL)
         rule = self._take(process, ("crash_on_message", "crash_when"), message)
         if rule is not None:
             raise rule.exc or InjectedCrash(f"injected {rule.kind} in {process!r}: {message!r}")

@@ -17,6 +17,7 @@ import pytest
 
 from ._node import live_processes, stop_all
 from ._process import Process
+from ._scheduler import runtime_thread
 
 LEAK_GRACE = 5.0
 
@@ -45,6 +46,8 @@ def assert_no_leaks(
     for thread in threading.enumerate():
         if thread in threads_before or thread is threading.current_thread():
             continue
+        if runtime_thread(thread):
+            continue  # schedulers and the blocking pool live as long as the runtime
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
             leaked_threads.append(thread)

@@ -1,0 +1,530 @@
+"""Schedulers: lightweight processes run by a few threads, as Erlang's schedulers run them.
+
+A process is not a thread. It is a mailbox and a state; when a message arrives at an idle
+process, the process is queued on a scheduler, whose thread runs a batch of its messages
+inside a *runner* greenlet. An idle process holds no greenlet and no stack, so a million of
+them cost only their objects. A handler that waits (a ``call``, ``sleep``, an ``Event``,
+``blocking`` work) suspends its runner and frees the scheduler for other processes; the
+runner resumes on the same thread when the wait ends (a greenlet cannot change threads).
+Callers that are plain threads block as before.
+
+The trap this design avoids: a handler blocking its scheduler thread on a callee that needs
+the same thread to run. Every wait of the runtime suspends instead of blocking; work that
+must block (HTTP, tools, fsync) runs on the bounded blocking pool (``blocking``). A handler
+that hogs a scheduler past ``HOG_THRESHOLD`` is reported, and the processes queued behind it
+move to another scheduler (one is added if every scheduler is stuck).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from greenlet import getcurrent, greenlet
+
+from ._errors import Killed
+
+logger = logging.getLogger("otpmem.actors")
+
+monotonic = time.monotonic
+IDLE, QUEUED, RUNNING = 0, 1, 2
+BATCH = 64
+"""Messages a process handles before it yields its scheduler to the next in line."""
+HOG_THRESHOLD = float(os.environ.get("OTPMEM_HOG_THRESHOLD", "0.5"))
+"""Seconds a handler may hold a scheduler before it is reported and work moves away."""
+MAX_SCHEDULERS = 64
+_IDLE_RUNNERS = 16  # runners kept for reuse per scheduler: creating one costs ~8 us
+_SUSPENDED = object()
+_FREE = object()
+_seq = itertools.count()
+_local = threading.local()
+
+
+class Runnable(Protocol):
+    """What a scheduler runs: a process with a run state and a batch to run."""
+
+    run_state: int
+    run_lock: threading.Lock
+    home: Scheduler | None
+    killed: bool
+    waiting: OneShot | None
+
+    def run_batch(self) -> None:
+        """Handle queued messages until the mailbox is empty or the batch is spent."""
+
+
+class Runner(greenlet):  # type: ignore[misc]
+    """A greenlet that runs process batches on one scheduler; suspended ones hold a stack."""
+
+    __slots__ = ("process", "scheduler", "waiting")
+
+
+def _run(first: Runnable) -> None:
+    runner: Runner = getcurrent()
+    hub = runner.scheduler.hub
+    process = first
+    while True:
+        runner.process = process
+        try:
+            process.run_batch()
+        except BaseException:  # run_batch catches handler errors; this is a runtime bug
+            logger.exception("scheduler: %r failed outside its handlers", process)
+        runner.process = None
+        process = hub.switch(_FREE)
+
+
+class Scheduler:
+    """One thread that runs queued processes and resumes suspended runners, in turn."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.timers: list[tuple[float, int, OneShot]] = []  # touched by this thread only
+        self.free_runners: list[Runner] = []
+        self.running: Runner | None = None
+        self.since = 0.0
+        self.stuck = False
+        self.reported = False
+        self.hub: Any = None
+        started = threading.Event()
+        self.thread = threading.Thread(
+            target=self._main, args=(started,), name=f"otpmem-scheduler-{index}", daemon=True
+        )
+        self.thread.start()
+        started.wait()
+
+    def __repr__(self) -> str:
+        return f"<Scheduler {self.index}>"
+
+    def _main(self, started: threading.Event) -> None:
+        self.hub = getcurrent()
+        started.set()
+        get = self.queue.get
+        timers = self.timers
+        while True:
+            if timers:
+                delay = timers[0][0] - monotonic()
+                if delay <= 0:
+                    self._fire_timers()
+                    continue
+                try:
+                    item = get(timeout=delay)
+                except queue.Empty:
+                    continue
+            else:
+                item = get()
+            if type(item) is Runner:
+                self._switch(item, None)
+            else:
+                runner = self.free_runners.pop() if self.free_runners else self._new_runner()
+                self._switch(runner, item)
+
+    def _new_runner(self) -> Runner:
+        runner = Runner(_run, self.hub)
+        runner.scheduler = self
+        runner.process = None
+        runner.waiting = None
+        return runner
+
+    def _switch(self, runner: Runner, arg: Any) -> None:
+        self.since = monotonic()
+        self.running = runner
+        outcome = runner.switch(arg)
+        self.running = None
+        self.stuck = False
+        self.reported = False
+        if outcome is _FREE and len(self.free_runners) < _IDLE_RUNNERS:
+            self.free_runners.append(runner)
+
+    def _fire_timers(self) -> None:
+        timers = self.timers
+        now = monotonic()
+        while timers and timers[0][0] <= now:
+            heapq.heappop(timers)[2].time_out()
+
+
+# -- the pool of schedulers ----------------------------------------------------------------
+
+_schedulers: list[Scheduler] = []
+_pool_lock = threading.Lock()
+_round_robin = itertools.count()
+
+
+def _default_count() -> int:
+    configured = os.environ.get("OTPMEM_SCHEDULERS")
+    if configured:
+        return max(1, min(MAX_SCHEDULERS, int(configured)))
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def schedulers() -> list[Scheduler]:
+    """The running schedulers, started on first use (``OTPMEM_SCHEDULERS`` sets how many)."""
+    if not _schedulers:
+        with _pool_lock:
+            if not _schedulers:
+                for index in range(_default_count()):
+                    _schedulers.append(Scheduler(index))
+                _Monitor().start()
+    return _schedulers
+
+
+def _pick() -> Scheduler:
+    pool = _schedulers or schedulers()
+    for _ in range(len(pool)):
+        candidate = pool[next(_round_robin) % len(pool)]
+        if not candidate.stuck:
+            return candidate
+    return pool[next(_round_robin) % len(pool)]
+
+
+def wake(process: Runnable) -> None:
+    """Queue a process that just became runnable (its run_state is already QUEUED).
+
+    A process woken by another process runs on the waker's scheduler: a call between the
+    two is then a greenlet switch, not a thread hand-off. An idle process has no stack, so
+    it may run on any scheduler.
+    """
+    here = getcurrent()
+    if type(here) is Runner and not here.scheduler.stuck:
+        target = here.scheduler
+    else:
+        home = process.home
+        target = home if home is not None and not home.stuck else _pick()
+    process.home = target
+    target.queue.put(process)
+
+
+def poke(process: Runnable) -> None:
+    """Queue ``process`` if it is idle (a message or a signal arrived for it)."""
+    if process.run_state == IDLE:
+        with process.run_lock:
+            if process.run_state != IDLE:
+                return
+            process.run_state = QUEUED
+        wake(process)
+
+
+def requeue(process: Runnable) -> None:
+    """Put a running process at the back of its scheduler's queue (fairness)."""
+    process.run_state = QUEUED
+    here = getcurrent()
+    target = here.scheduler if type(here) is Runner else _pick()
+    target.queue.put(process)
+
+
+def in_runner() -> bool:
+    """True when the calling code runs inside a process on a scheduler (it may suspend)."""
+    return type(getcurrent()) is Runner
+
+
+def running_process() -> Any:
+    """The process this code runs for: on a scheduler, or in blocking work it started."""
+    here = getcurrent()
+    if type(here) is Runner:
+        return here.process
+    return getattr(_local, "acting", None)
+
+
+# -- waiting without blocking a scheduler --------------------------------------------------
+
+
+class OneShot:
+    """A one-shot answer: the first ``set``, ``fail`` or timeout wins, later ones are dropped.
+
+    Made by the code that will wait on it: inside a process the wait suspends the runner,
+    on a plain thread it blocks on a bare lock (the cheapest blocking primitive in CPython).
+    ``itertools.count`` is an atomic test-and-set under the GIL.
+    """
+
+    __slots__ = ("_claim", "_lock", "_runner", "error", "timed_out", "value")
+
+    def __init__(self) -> None:
+        here = getcurrent()
+        self._claim = itertools.count().__next__
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.timed_out = False
+        if type(here) is Runner:
+            self._runner: Runner | None = here
+            self._lock: Any = None
+        else:
+            self._runner = None
+            self._lock = threading.Lock()
+            self._lock.acquire()
+
+    def set(self, value: Any) -> bool:
+        """Store the answer; False if the slot was already answered (or timed out)."""
+        if self._claim():
+            return False
+        self.value = value
+        self._wake()
+        return True
+
+    def fail(self, error: BaseException) -> bool:
+        """Store an error for the waiter to raise; False if already answered."""
+        if self._claim():
+            return False
+        self.error = error
+        self._wake()
+        return True
+
+    def time_out(self) -> bool:
+        """End the wait unanswered (a timer, or a kill); False if an answer came first."""
+        if self._claim():
+            return False
+        self.timed_out = True
+        self._wake()
+        return True
+
+    def _wake(self) -> None:
+        runner = self._runner
+        if runner is None:
+            self._lock.release()
+        else:
+            runner.scheduler.queue.put(runner)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait for the answer; False on timeout. ``None`` waits forever."""
+        runner = self._runner
+        if runner is None:
+            if self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+                return True
+            if self.time_out():
+                return False
+            # An answer won the race after the lock timed out: it is being written now.
+            self._lock.acquire()
+            return True
+        scheduler = runner.scheduler
+        if timeout is not None:
+            heapq.heappush(scheduler.timers, (monotonic() + timeout, next(_seq), self))
+        process = runner.process
+        if process is not None:
+            process.waiting = self
+        runner.waiting = self
+        scheduler.hub.switch(_SUSPENDED)
+        runner.waiting = None
+        if process is not None:
+            process.waiting = None
+            if process.killed:
+                raise Killed(process)
+        return not self.timed_out
+
+
+def sleep(seconds: float) -> None:
+    """Sleep without holding a scheduler (``time.sleep`` on a plain thread)."""
+    if type(getcurrent()) is Runner:
+        OneShot().wait(max(seconds, 0.0))
+    else:
+        time.sleep(seconds)
+
+
+_events_lock = threading.Lock()
+
+
+class Event:
+    """``threading.Event`` for both worlds: processes suspend on it, threads block on it."""
+
+    __slots__ = ("_flag", "_thread_event", "_waiters")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiters: list[OneShot] | None = None
+        self._thread_event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        """True once ``set`` was called."""
+        return self._flag
+
+    def set(self) -> None:
+        """Set the flag and wake every waiter."""
+        with _events_lock:
+            if self._flag:
+                return
+            self._flag = True
+            waiters, self._waiters = self._waiters, None
+            thread_event = self._thread_event
+        if thread_event is not None:
+            thread_event.set()
+        for waiter in waiters or ():
+            waiter.set(True)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until set; False on timeout."""
+        if self._flag:
+            return True
+        if type(getcurrent()) is Runner:
+            waiter = OneShot()
+            with _events_lock:
+                if self._flag:
+                    return True
+                if self._waiters is None:
+                    self._waiters = []
+                self._waiters.append(waiter)
+            if not waiter.wait(timeout):
+                with _events_lock:
+                    if self._waiters is not None and waiter in self._waiters:
+                        self._waiters.remove(waiter)
+            return self._flag
+        with _events_lock:
+            if self._flag:
+                return True
+            if self._thread_event is None:
+                self._thread_event = threading.Event()
+            thread_event = self._thread_event
+        return thread_event.wait(timeout)
+
+
+# -- blocking work, off the schedulers -----------------------------------------------------
+
+BLOCKING_THREADS = int(os.environ.get("OTPMEM_BLOCKING_THREADS", "64"))
+_blocking_pool: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _blocking_pool
+    if _blocking_pool is None:
+        with _pool_lock:
+            if _blocking_pool is None:
+                _blocking_pool = ThreadPoolExecutor(
+                    max_workers=BLOCKING_THREADS, thread_name_prefix="otpmem-blocking"
+                )
+    return _blocking_pool
+
+
+def run_blocking(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``fn`` on the blocking pool and suspend until it returns; inline off a scheduler.
+
+    The work runs on behalf of the calling process: if that process is killed meanwhile, it
+    never sees the result, and every runtime operation the work attempts fails.
+    """
+    if type(getcurrent()) is not Runner:
+        return fn(*args, **kwargs)
+    answer = OneShot()
+    owner = running_process()
+
+    def work() -> None:
+        _local.acting = owner
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            answer.fail(exc)
+        else:
+            answer.set(result)
+        finally:
+            _local.acting = None
+
+    _pool().submit(work)
+    answer.wait(None)
+    if answer.error is not None:
+        raise answer.error
+    return answer.value
+
+
+# -- watching for hogs ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HogReport:
+    """A handler held a scheduler for ``seconds`` (and counting) without suspending."""
+
+    process: Any
+    scheduler: int
+    seconds: float
+
+
+_hog_listeners: list[Callable[[HogReport], None]] = []
+
+
+def add_hog_listener(listener: Callable[[HogReport], None]) -> None:
+    """Call ``listener(report)`` whenever a handler hogs a scheduler."""
+    _hog_listeners.append(listener)
+
+
+def remove_hog_listener(listener: Callable[[HogReport], None]) -> None:
+    """Stop calling ``listener``."""
+    if listener in _hog_listeners:
+        _hog_listeners.remove(listener)
+
+
+class _Monitor(threading.Thread):
+    """Erlang's and Go's system monitor: finds stuck schedulers and moves work off them."""
+
+    def __init__(self) -> None:
+        super().__init__(name="otpmem-sysmon", daemon=True)
+
+    def run(self) -> None:
+        interval = max(0.005, min(0.05, HOG_THRESHOLD / 4))
+        while True:
+            time.sleep(interval)
+            try:
+                self._check()
+            except Exception:
+                logger.exception("scheduler monitor failed")
+
+    def _check(self) -> None:
+        now = monotonic()
+        for scheduler in list(_schedulers):
+            runner = scheduler.running
+            if runner is None or now - scheduler.since < HOG_THRESHOLD:
+                continue
+            if not scheduler.reported:
+                scheduler.reported = True
+                _report(scheduler, runner, now - scheduler.since)
+            scheduler.stuck = True
+            self._move_queued(scheduler)
+        if all(s.stuck for s in _schedulers) and len(_schedulers) < MAX_SCHEDULERS:
+            with _pool_lock:
+                _schedulers.append(Scheduler(len(_schedulers)))
+            logger.warning("every scheduler is stuck; started scheduler %d", len(_schedulers) - 1)
+
+    def _move_queued(self, stuck: Scheduler) -> None:
+        # Suspended runners must stay (a greenlet cannot change threads); queued processes
+        # have no stack yet and can run anywhere.
+        keep = []
+        while True:
+            try:
+                item = stuck.queue.get_nowait()
+            except queue.Empty:
+                break
+            if type(item) is Runner:
+                keep.append(item)
+            else:
+                free = [s for s in _schedulers if not s.stuck]
+                if not free:
+                    keep.append(item)
+                    continue
+                target = free[next(_round_robin) % len(free)]
+                item.home = target
+                target.queue.put(item)
+        for item in keep:
+            stuck.queue.put(item)
+
+
+def _report(scheduler: Scheduler, runner: Runner, seconds: float) -> None:
+    report = HogReport(runner.process, scheduler.index, seconds)
+    logger.warning(
+        "%r has held scheduler %d for %.3f s without yielding; run blocking work with "
+        "otpmem.actors.blocking() so other processes are not held up",
+        runner.process,
+        scheduler.index,
+        seconds,
+    )
+    for listener in list(_hog_listeners):
+        try:
+            listener(report)
+        except Exception:
+            logger.exception("hog listener %r failed", listener)
+
+
+def runtime_thread(thread: threading.Thread) -> bool:
+    """True for the runtime's own long-lived threads (schedulers, monitor, blocking pool)."""
+    return thread.name.startswith(("otpmem-scheduler-", "otpmem-sysmon", "otpmem-blocking"))
