@@ -3,12 +3,16 @@ conversation."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..actors import Event, current
 from ..llm import ChatResponse
 from ..memory import DefaultProvider, MemoryProvider
 from ..messages import Conv
@@ -94,18 +98,63 @@ class ConversationBusy(RuntimeError):
 
 
 class _Writers:
-    """One lock per (store, conversation): two turns never interleave their writes."""
+    """One writer per (store, conversation): two turns never interleave their writes.
+
+    A claim belongs to the process that made it (or the thread, outside any process) and is
+    released when it ends its turn, or when that process exits, however it exits: a killed
+    agent stuck in a tool frees its conversation at the moment it is declared dead, not when
+    its thread returns. Keys are dropped once released, so nothing grows with the number of
+    conversations ever written.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._locks: dict[Hashable, threading.Lock] = {}
+        self._holders: dict[Hashable, tuple[object, Callable[[], None] | None]] = {}
+        self._waiters: dict[Hashable, list[Event]] = {}
 
-    def lock_for(self, key: Hashable) -> threading.Lock:
+    def acquire(self, key: Hashable, timeout: float) -> bool:
+        """Claim ``key`` for the caller, waiting up to ``timeout`` s (0: do not wait)."""
+        process = current()
+        me: object = process if process is not None else threading.current_thread()
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if key not in self._holders:
+                    cleanup = None
+                    if process is not None:
+                        cleanup = functools.partial(self.release, key, me)
+                        process.cleanups.append(cleanup)
+                    self._holders[key] = (me, cleanup)
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                freed = Event()
+                self._waiters.setdefault(key, []).append(freed)
+            freed.wait(remaining)
+
+    def release(self, key: Hashable, holder: object | None = None) -> None:
+        """Release ``key`` if ``holder`` (default: the caller) holds it; wake its waiters."""
+        if holder is None:
+            process = current()
+            holder = process if process is not None else threading.current_thread()
         with self._lock:
-            lock = self._locks.get(key)
-            if lock is None:
-                lock = self._locks[key] = threading.Lock()
-            return lock
+            held = self._holders.get(key)
+            if held is None or held[0] is not holder:
+                return  # released already (e.g. at the holder's exit): never free another's
+            del self._holders[key]
+            waiters = self._waiters.pop(key, [])
+        cleanup = held[1]
+        if cleanup is not None:
+            with contextlib.suppress(ValueError):
+                holder.cleanups.remove(cleanup)  # type: ignore[attr-defined]
+        for freed in waiters:
+            freed.set()
+
+    def held(self) -> int:
+        """How many conversations are claimed right now."""
+        with self._lock:
+            return len(self._holders)
 
 
 writers = _Writers()

@@ -10,14 +10,12 @@ that fails leaves a valid history behind it.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..actors import GenServer, Handle
-from ..actors._node import current
+from ..actors import GenServer, Handle, current
 from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
 from ..llm import ChatModel, ChatResponse
 from ..memory import MemoryProvider
@@ -182,13 +180,13 @@ class Agent(GenServer):
             "run_id": uuid.uuid4().hex,
         }
         config.callbacks.fire("on_turn_start", meta)
-        lock = self._writer_lock()
+        key = self._claim_writer()
         try:
             try:
                 result = self._loop(text, meta)
             finally:
-                if lock is not None:
-                    lock.release()
+                if key is not None:
+                    writers.release(key)
         except Exception as exc:
             config.callbacks.fire("on_turn_error", meta, exc)
             if isinstance(exc, TurnFailed | InvalidMessage):
@@ -198,22 +196,18 @@ class Agent(GenServer):
         config.callbacks.fire("on_turn_end", meta, result)
         return result
 
-    def _writer_lock(self) -> threading.Lock | None:
+    def _claim_writer(self) -> Hashable | None:
         provider = self.config.provider
         if provider is None:
             return None
-        lock = writers.lock_for(writer_key(provider, self.config.conv))
-        waited = (
-            lock.acquire(timeout=self.config.busy_timeout)
-            if self.config.on_busy == "wait"
-            else lock.acquire(blocking=False)
-        )
-        if not waited:
+        key = writer_key(provider, self.config.conv)
+        timeout = self.config.busy_timeout if self.config.on_busy == "wait" else 0.0
+        if not writers.acquire(key, timeout):
             raise ConversationBusy(
                 f"conversation {self.config.conv} is being written by another turn "
                 f"(on_busy={self.config.on_busy!r})"
             )
-        return lock
+        return key
 
     def _loop(self, text: str, meta: dict[str, Any]) -> TurnResult:
         config = self.config

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..actors import blocking
 from ..llm import ChatModel, ChatResponse
 from .filters import (
     ChatRequest,
@@ -92,7 +93,12 @@ class Kernel:
             filters.append(system_prompt_filter([{"role": "system", "content": system_prompt}]))
 
         def terminal(request: ChatRequest) -> tuple[ChatResponse, Context]:
-            response = self.llm.chat(request.messages, self.specs, **dict(request.options))
+            options = dict(request.options)
+            if getattr(self.llm, "blocks", True):
+                # An HTTP call holds its thread for seconds: off the schedulers with it.
+                response = blocking(self.llm.chat, request.messages, self.specs, **options)
+            else:
+                response = self.llm.chat(request.messages, self.specs, **options)
             return response, request.context
 
         request = ChatRequest(list(messages), context or Context(), options)
@@ -111,7 +117,7 @@ class Kernel:
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments)  # a model or script that sent an object
             request = ToolRequest(found, call, arguments, context)
-            content = run_tool_chain(self.filters, lambda r: r.tool.run(r.arguments), request)
+            content = run_tool_chain(self.filters, _run_tool, request)
         return {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
 
     def invoke(
@@ -156,3 +162,10 @@ class Kernel:
                 messages = [*messages, response.to_message(), *results]
                 sent = messages
         raise MaxToolIterations(self.max_tool_iterations, calls)
+
+
+def _run_tool(request: ToolRequest) -> str:
+    tool = request.tool
+    if tool.blocks:
+        return blocking(tool.run, request.arguments)
+    return tool.run(request.arguments)

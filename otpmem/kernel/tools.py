@@ -38,6 +38,8 @@ class Tool:
     description: str
     parameters: Mapping[str, Any]
     fn: Callable[..., Any] = field(repr=False)
+    blocks: bool = True
+    """Run on the runtime's blocking pool (a tool may wait on anything); False runs it inline."""
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool."""

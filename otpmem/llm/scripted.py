@@ -54,6 +54,8 @@ class ScriptedModel:
         replies: Iterable[Reply] | Callable[[list[dict[str, Any]], Any], Reply],
     ) -> None:
         self._fn = replies if callable(replies) else None
+        # A list of replies never blocks; a function may (tests hold turns with events).
+        self.blocks = self._fn is not None
         self._replies = None if callable(replies) else list(replies)
         self._lock = threading.Lock()
         self.calls: list[tuple[list[dict[str, Any]], Any]] = []

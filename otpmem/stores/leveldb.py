@@ -26,7 +26,7 @@ from typing import Any
 import msgpack
 import plyvel
 
-from ..actors import NO_REPLY, GenServer, Handle, InitFailed, NoProcess, on_exit
+from ..actors import NO_REPLY, GenServer, Handle, InitFailed, NoProcess, blocking, on_exit, sleep
 from ..actors._node import current
 from ..actors.faults import FaultPlan
 from ..messages import (
@@ -232,7 +232,7 @@ class LevelDBStore(GenServer):
             prefixes = [keys.user_prefix(keys.MESSAGE, arg), keys.user_prefix(keys.META, arg)]
             return self._delete_range(prefixes, owned)
         if kind == "flush":
-            self.committer.flush()
+            blocking(self.committer.flush)
             return None
         raise ValueError(f"LevelDBStore does not understand {message!r}")
 
@@ -261,7 +261,7 @@ class LevelDBStore(GenServer):
 
     def _delete_range(self, prefixes: list[bytes], convs: list[Conv]) -> Any:
         # Writes still queued would land after a range computed now: write them first.
-        self.committer.flush()
+        blocking(self.committer.flush)
         ops: list[Op] = []
         for prefix in prefixes:
             ops.extend((k, None) for k in self.db.iterator(prefix=prefix, include_value=False))
@@ -302,7 +302,7 @@ def _open(path: str, lock_timeout: float, create: bool) -> Any:
             # DB in this process) or "...: Resource temporarily unavailable" (another process).
             if _LOCK_ERROR.match(text):
                 if time.monotonic() < deadline:
-                    time.sleep(LOCK_RETRY)  # another process's lock has no event to wait on
+                    sleep(LOCK_RETRY)  # another process's lock has no event to wait on
                     continue
                 raise StoreLocked(
                     f"the LevelDB store at {path!r} is locked by another process (or a store "

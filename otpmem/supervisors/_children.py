@@ -116,7 +116,8 @@ class Children:
         shutdown = child.spec.shutdown
         if shutdown == "brutal_kill":
             process.kill(KILLED)
-        elif process.request_stop(SHUTDOWN):
+        elif process.request_shutdown(SHUTDOWN):
+            # An exit signal, not a message: it does not wait behind the child's queue.
             if not process.exited.wait(shutdown):
                 process.kill(KILLED)
         else:
@@ -150,7 +151,7 @@ class Children:
             if child.spec.shutdown == "brutal_kill":
                 child.process.signal_kill(KILLED)
             else:
-                child.process.request_stop(SHUTDOWN)
+                child.process.request_shutdown(SHUTDOWN)
             shutdown = child.spec.shutdown
             if shutdown is None:
                 deadline_s = None
