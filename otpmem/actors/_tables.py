@@ -58,11 +58,11 @@ class Table(Generic[K, V]):
         return data
 
     def _write(self) -> dict[K, V]:
-        data = self._read()
-        owner = self._owner
         writer = current()
         if writer is not None and writer.killed:
             raise Killed(writer)
+        data = self._read()
+        owner = self._owner
         if owner is None or owner is not writer:
             raise TableError(
                 f"table {self.name!r} is protected: only its owner {owner!r} may write it"
