@@ -19,6 +19,8 @@ from typing import Any
 
 import pykka
 
+from otpmem.actors import runtime_thread
+
 _LIBC_PATH = ctypes.util.find_library("c")
 _LIBC = ctypes.CDLL(_LIBC_PATH) if _LIBC_PATH else None
 if _LIBC is not None and not hasattr(_LIBC, "malloc_trim"):
@@ -77,10 +79,14 @@ def memory_kib() -> tuple[int, int]:
 
 
 def join_new_threads(before: set[threading.Thread]) -> None:
-    """Wait until every thread started since ``before`` has ended (untimed housekeeping)."""
+    """Wait until every thread started since ``before`` has ended (untimed housekeeping).
+
+    The runtime's own threads (schedulers, blocking pool) live as long as the runtime.
+    """
     for thread in threading.enumerate():
-        if thread not in before and thread is not threading.current_thread():
-            thread.join(30.0)
+        if thread in before or thread is threading.current_thread() or runtime_thread(thread):
+            continue
+        thread.join(30.0)
 
 
 # -- timing ---------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from ._scheduler import (
     HogReport,
     add_hog_listener,
     remove_hog_listener,
+    runtime_thread,
     sleep,
 )
 from ._scheduler import (
@@ -99,6 +100,7 @@ __all__ = [
     "remove_hog_listener",
     "reply",
     "reply_error",
+    "runtime_thread",
     "self_handle",
     "set_heir",
     "sleep",

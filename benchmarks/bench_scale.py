@@ -1,0 +1,206 @@
+"""Scale: live agents by the hundred thousand, turns among them, calls between processes.
+
+Each figure comes with a baseline from the same run: bare pykka (a ThreadingActor is one OS
+thread, the model the runtime had before) or the same work with one agent alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+from _common import EchoActor, memory_kib, ratio_summary, verdict
+
+from otpmem.actors import GenServer, stop_all
+from otpmem.agents import Agent, AgentHandle
+from otpmem.llm import ScriptedModel
+from otpmem.memory import DefaultProvider
+from otpmem.stores import MemoryStore, MemoryStoreHandle
+
+CALLERS = 16
+TEXT = "hello"
+
+
+class Echo(GenServer):
+    """Answers every call with the message."""
+
+    def handle_call(self, message: Any) -> Any:
+        """Return the message."""
+        return message
+
+
+class Relay(GenServer):
+    """Calls ``target`` n times from inside a process: process-to-process round trips."""
+
+    def handle_call(self, message: Any) -> Any:
+        """Make n calls to the target; return the seconds they took."""
+        target, n = message
+        t0 = time.perf_counter()
+        for i in range(n):
+            target.call(i)
+        return time.perf_counter() - t0
+
+
+def start_agents(n: int, store: MemoryStoreHandle, model: ScriptedModel) -> list[AgentHandle]:
+    """n idle agents, each on its own conversation of one store, sharing one model.
+
+    A window of 20, so a turn's cost does not grow with its conversation: one agent taking
+    every turn would otherwise read an ever longer history.
+    """
+    provider = DefaultProvider(store, window=20)
+    return [
+        Agent.start_link(llm=model, memory=provider, conversation_id=f"scale-{i}")
+        for i in range(n)
+    ]
+
+
+def bench_live_agents(sizes: list[int]) -> list[str]:
+    """RSS per live idle agent at each size, and the start time, against pykka at 1,000."""
+    lines = []
+    model = ScriptedModel(["ok"] * 10)
+    pykka_kib = pykka_rss_per_actor(1_000)
+    for n in sizes:
+        store = MemoryStore.start_link()
+        gc.collect()
+        rss0, _ = memory_kib()
+        t0 = time.perf_counter()
+        agents = start_agents(n, store, model)
+        started = time.perf_counter() - t0
+        rss1, _ = memory_kib()
+        per_agent = (rss1 - rss0) / n
+        alive = sum(1 for a in agents[:: max(1, n // 1000)] if a.alive)
+        t0 = time.perf_counter()
+        stop_all(timeout=30.0)
+        stopped = time.perf_counter() - t0
+        del agents
+        goal = ""
+        if n >= 1_000_000:
+            goal = f" (goal <= 8 KiB) -> {verdict(per_agent <= 8)}"
+        elif n == 100_000:
+            goal = f" | start goal < 10 s -> {verdict(started < 10)}"
+        lines.append(
+            f"live idle agents {n:,}: RSS +{per_agent:.1f} KiB/agent{goal} | bare pykka actor "
+            f"+{pykka_kib:.1f} KiB at 1,000 (one thread each: 25k would not start) | "
+            f"agent/pykka = {per_agent / pykka_kib:.2f}x | started in {started:.2f} s "
+            f"({started / n * 1e6:.0f} us/agent), stopped in {stopped:.2f} s | sampled alive "
+            f"{alive}"
+        )
+    return lines
+
+
+def pykka_rss_per_actor(n: int) -> float:
+    """RSS per bare pykka ThreadingActor started (KiB)."""
+    gc.collect()
+    rss0, _ = memory_kib()
+    actors = [EchoActor.start() for _ in range(n)]
+    rss1, _ = memory_kib()
+    pykka.get_all([a.stop(block=False) for a in actors], timeout=60)
+    return (rss1 - rss0) / n
+
+
+def turns_per_second(agents: list[AgentHandle], turns: int) -> float:
+    """Turns/s of CALLERS threads, each running turns on its own slice of ``agents``."""
+    barrier = threading.Barrier(CALLERS + 1)
+    per_thread = turns // CALLERS
+    slices = [agents[i::CALLERS] or agents for i in range(CALLERS)]
+
+    def drive(mine: list[AgentHandle]) -> None:
+        barrier.wait()
+        for k in range(per_thread):
+            mine[(k * 7919) % len(mine)].run(TEXT, timeout=60)
+
+    threads = [threading.Thread(target=drive, args=(s,)) for s in slices]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return per_thread * CALLERS / (time.perf_counter() - t0)
+
+
+def bench_turns(sizes: list[int], turns: int, repeats: int) -> list[str]:
+    """Turns/s with 16 caller threads spread over many live agents vs over one agent."""
+    lines = []
+    model = ScriptedModel(lambda messages, tools: "ok")
+    model.blocks = False  # a pure function: the turn measures the runtime, not the pool
+    for n in sizes:
+        store = MemoryStore.start_link()
+        one = start_agents(1, store, model)
+        many = start_agents(n, store, model)
+        ratios, rates_one, rates_many = [], [], []
+        for r in range(repeats):
+            order = [("one", one), ("many", many)] if r % 2 == 0 else [("many", many), ("one", one)]
+            rate = {name: turns_per_second(group, turns) for name, group in order}
+            rates_one.append(rate["one"])
+            rates_many.append(rate["many"])
+            ratios.append(rate["many"] / rate["one"])
+        stop_all(timeout=30.0)
+        ok = statistics.median(ratios) >= 0.8
+        lines.append(
+            f"agent turns/s, {CALLERS} caller threads over {n:,} live agents: "
+            f"{statistics.median(rates_many):.0f} | over 1 agent: "
+            f"{statistics.median(rates_one):.0f} | many/one = {ratio_summary(ratios)} "
+            f"(goal >= 0.8) -> {verdict(ok)}"
+        )
+    return lines
+
+
+def bench_roundtrips(n: int, repeats: int) -> list[str]:
+    """Call round trips, thread-to-process and process-to-process, against a pykka ask."""
+    echo = Echo.start()
+    relay = Relay.start()
+    actor = EchoActor.start()
+    thread_ratios, process_ratios = [], []
+    samples: dict[str, list[float]] = {"thread": [], "process": [], "pykka": []}
+    try:
+        for _ in range(repeats):
+            t_pykka = timed(lambda: [actor.ask(i) for i in range(n)])
+            t_thread = timed(lambda: [echo.call(i) for i in range(n)])
+            t_process = relay.call((echo, n), timeout=60)
+            samples["pykka"].append(t_pykka / n * 1e6)
+            samples["thread"].append(t_thread / n * 1e6)
+            samples["process"].append(t_process / n * 1e6)
+            thread_ratios.append(t_pykka / t_thread)
+            process_ratios.append(t_pykka / t_process)
+    finally:
+        actor.stop()
+        stop_all()
+
+    def med(key: str) -> float:
+        """Median microseconds per call of one kind."""
+        return statistics.median(samples[key])
+
+    return [
+        f"call roundtrip thread->process: {med('thread'):.1f} us | pykka ask "
+        f"{med('pykka'):.1f} us | speed vs ask = {ratio_summary(thread_ratios)} (goal >= 1.0) "
+        f"-> {verdict(statistics.median(thread_ratios) >= 1.0)}",
+        f"call roundtrip process->process: {med('process'):.1f} us (no thread switch: both "
+        f"on one scheduler) | pykka ask {med('pykka'):.1f} us | speed vs ask = "
+        f"{ratio_summary(process_ratios)} (goal >= 1.0) -> "
+        f"{verdict(statistics.median(process_ratios) >= 1.0)}",
+    ]
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds ``fn`` takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main(quick: bool) -> list[str]:
+    """Run the scale benchmarks and return their lines."""
+    if quick:
+        live, turn_sizes, turns, repeats = [1_000, 10_000], [10_000], 1_600, 2
+    else:
+        live, turn_sizes, turns, repeats = [1_000, 100_000, 1_000_000], [10_000, 100_000], 8_000, 3
+    lines = bench_roundtrips(2_000 if quick else 20_000, 3 if quick else 5)
+    lines += bench_turns(turn_sizes, turns, repeats)
+    lines += bench_live_agents(live)
+    return lines
