@@ -30,10 +30,11 @@ from ._genserver import (
     self_handle,
     unlink,
 )
+from ._keeper import TableKeeper, claim_table
 from ._names import registered
 from ._node import live_processes, on_exit, stop_all
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
-from ._tables import Table, TableKeeper, claim_table, give_away, new_table, set_heir
+from ._tables import Table, adopt_kept_tables, give_away, new_table, set_heir
 
 __all__ = [
     "IGNORE",
@@ -62,6 +63,7 @@ __all__ = [
     "TableError",
     "TableKeeper",
     "TableTransfer",
+    "adopt_kept_tables",
     "claim_table",
     "demonitor",
     "give_away",

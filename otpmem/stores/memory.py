@@ -213,9 +213,10 @@ class MemoryStore(GenServer):
         return ChildSpec(child_id or name, start=start_pair, type="supervisor")
 
     def init(self, heir: Handle | None = None, table_name: str = "otpmem.memory") -> None:
-        adopted = claim_table(heir, table_name) if heir is not None else None
-        self.adopted = adopted is not None
-        self.table: Table[TableKey, _Snapshot] = adopted or new_table(table_name, heir=heir)
+        claimed = claim_table(heir, table_name) if heir is not None else None
+        # Without the heir's copy, new_table still adopts what our supervisor kept.
+        self.table: Table[TableKey, _Snapshot] = claimed or new_table(table_name, heir=heir)
+        self.adopted = claimed is not None or self.table.adopted
 
     def handle_call(self, message: Any) -> Any:
         kind, arg = parse_request(message, "MemoryStore")

@@ -23,6 +23,7 @@ from ..actors import (
     is_shutdown,
 )
 from ..actors._process import Process
+from ..actors._tables import ChildTables
 from ._spec import ChildInfo, ChildSpec
 
 logger = logging.getLogger("otpmem.supervisor")
@@ -55,15 +56,23 @@ class Child:
 
 
 class Children:
-    """Every child of one supervisor, in start order, with a pid index."""
+    """Every child of one supervisor, in start order, with a pid index and kept tables."""
 
-    def __init__(self, owner: Process, dynamic: bool, emit: Emit, label: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        owner: Process,
+        dynamic: bool,
+        emit: Emit,
+        label: Callable[[], str],
+        tables: ChildTables,
+    ) -> None:
         self.owner = owner
         self.dynamic = dynamic
         self.items: list[Child] = []
         self.by_pid: dict[Pid, Child] = {}
         self.emit = emit
         self.label = label
+        self.tables = tables
 
     def terminate_all(self) -> None:
         if self.dynamic:
@@ -74,6 +83,15 @@ class Children:
 
     def start(self, child: Child, event: str = "started") -> tuple[str, ExitReason]:
         """Run the child's start function: ("ok"|"ignore"|"error", reason)."""
+        # The child's init adopts the tables its previous incarnation left; a child that
+        # dies before it is tracked still hands them back under this key.
+        with self.tables.starting(child.key):
+            outcome = self._start(child)
+        if outcome[0] == "ok":
+            self.emit(event, child, child.process.pid if child.process else None, None)
+        return outcome
+
+    def _start(self, child: Child) -> tuple[str, ExitReason]:
         try:
             handle = child.spec.start(*child.args)
         except StartIgnored:
@@ -97,11 +115,11 @@ class Children:
         # died already counts as started (OTP's {ok, Pid}): its exit, or the noproc this link
         # delivers, arrives next and is handled as any exit.
         self.owner.link(process)
+        self.tables.track(process.pid, child.key)
         child.process = process
         child.handle = handle
         child.status = "running"
         self.by_pid[process.pid] = child
-        self.emit(event, child, process.pid, None)
         return "ok", None
 
     def shutdown(self, child: Child) -> None:
@@ -121,6 +139,7 @@ class Children:
                 process.kill(KILLED)
         else:
             process.exited.wait(shutdown if isinstance(shutdown, float | int) else None)
+        self.tables.forget(process.pid)
         self._report_shutdown(child, process)
 
     def _report_shutdown(self, child: Child, process: Process) -> None:
@@ -163,14 +182,21 @@ class Children:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not process.exited.wait(remaining):
                 process.kill(KILLED)
+            self.tables.forget(process.pid)
             child.process = None
             child.handle = None
             self._report_shutdown(child, process)
         self.items.clear()
 
     def remove(self, child: Child) -> None:
+        """Take ``child`` off the list; what is kept for it stays (it may come back)."""
         if child in self.items:
             self.items.remove(child)
+
+    def discard(self, child: Child) -> None:
+        """``child`` is gone for good: off the list, and its kept tables deleted."""
+        self.remove(child)
+        self.tables.drop(child.key)
 
     def find(self, key: Hashable) -> Child | None:
         for child in self.items:

@@ -24,6 +24,7 @@ from ..actors import (
     is_normal_exit,
 )
 from ..actors._node import current
+from ..actors._tables import become_default_heir
 from ._children import Child, Children
 from ._handle import SupervisorHandle
 from ._spec import (
@@ -187,7 +188,10 @@ class Supervisor(GenServer):
         self.listeners = listeners
         self.restarts: deque[float] = deque()
         self.dynamic = flags.strategy == "simple_one_for_one"
-        self.kids = Children(self._process, self.dynamic, self._emit, self._label)
+        # Default heir of the children's tables. Under simple_one_for_one a restarted
+        # supervisor starts no children, so what it kept has nobody to come back to.
+        tables = become_default_heir(passes_up=not self.dynamic)
+        self.kids = Children(self._process, self.dynamic, self._emit, self._label, tables)
         self.template = specs[0] if self.dynamic else None
         self._keys = itertools.count()
         if self.dynamic:
@@ -200,6 +204,8 @@ class Supervisor(GenServer):
                 raise StartChildFailed(spec.id, reason) from _as_cause(reason)
             if outcome == "ok" or spec.restart != "temporary":
                 self.kids.items.append(child)
+            else:
+                self.kids.discard(child)
 
     def terminate(self, reason: ExitReason) -> None:
         self.kids.terminate_all()
@@ -231,6 +237,7 @@ class Supervisor(GenServer):
         child = self.kids.by_pid.pop(pid, None)
         if child is None:
             return None  # a stale exit: that incarnation was already terminated by us
+        self.kids.tables.forget(pid)
         child.process = None
         child.handle = None
         child.status = "undefined"
@@ -240,7 +247,7 @@ class Supervisor(GenServer):
         if action == "restart":
             return self._restart(child)
         if action == "delete" or self.dynamic:
-            self.kids.remove(child)
+            self.kids.discard(child)
         if child.spec.significant and self._should_auto_shutdown():
             self._emit("auto_shutdown", child, pid, reason)
             return Stop(SHUTDOWN)
@@ -290,7 +297,7 @@ class Supervisor(GenServer):
             outcome, _ = self.kids.start(child, "restarted")
             if outcome == "ignore":
                 if self.dynamic or child.spec.restart == "temporary":
-                    self.kids.remove(child)
+                    self.kids.discard(child)
             elif outcome == "error":
                 # Retried through the mailbox, so admin calls and shutdown get in between
                 # attempts; each attempt counts against intensity (OTP's try_again_restart).
@@ -311,7 +318,7 @@ class Supervisor(GenServer):
     def _shutdown_bystander(self, child: Child) -> None:
         self.kids.shutdown(child)
         if child.spec.restart == "temporary":
-            self.kids.remove(child)
+            self.kids.discard(child)
 
     # -- admin API (each a handle_call) -----------------------------------------------------
 
@@ -343,24 +350,28 @@ class Supervisor(GenServer):
                 raise ChildAlreadyPresent(spec.id)
             child = Child(spec.id, spec)
         outcome, reason = self.kids.start(child)
+        if outcome == "ok" or (
+            outcome == "ignore" and not self.dynamic and child.spec.restart != "temporary"
+        ):
+            self.kids.items.append(child)
+        else:
+            self.kids.discard(child)  # the spec is not kept, so neither is anything it left
         if outcome == "error":
             raise StartChildFailed(child.spec.id, reason) from _as_cause(reason)
-        if outcome == "ok" or (not self.dynamic and child.spec.restart != "temporary"):
-            self.kids.items.append(child)
         return child.handle
 
     def _api_terminate_child(self, target: Any) -> None:
         if self.dynamic:
             child = self._dynamic_child(target)
             self.kids.shutdown(child)
-            self.kids.remove(child)
+            self.kids.discard(child)
             return
         if isinstance(target, Pid | Handle):
             raise ChildNotFound(target)
         child = self._static_child(target)
         self.kids.shutdown(child)
         if child.spec.restart == "temporary":
-            self.kids.remove(child)
+            self.kids.discard(child)
 
     def _api_restart_child(self, child_id: Hashable) -> Handle | None:
         child = self._static_child(child_id, "restart_child")
@@ -379,7 +390,7 @@ class Supervisor(GenServer):
             raise ChildRestarting(child_id)
         if child.process is not None:
             raise ChildRunning(child_id)
-        self.kids.remove(child)
+        self.kids.discard(child)
 
     def _api_get_childspec(self, target: Any) -> ChildSpec:
         if self.dynamic:
