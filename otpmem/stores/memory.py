@@ -37,7 +37,7 @@ from ..messages import (
     check_user_id,
 )
 from ..supervisors import ChildSpec, Supervisor
-from ._base import StoreClient, check_last, parse_request
+from ._base import STORE_INTENSITY, STORE_PERIOD, StoreClient, check_last, parse_request
 
 READY_TIMEOUT = 5.0
 _Snapshot = tuple[list[dict[str, Any]], int]
@@ -186,13 +186,15 @@ class MemoryStore(GenServer):
         name: str,
         child_id: str | None = None,
         *,
-        intensity: int = 10,
-        period: float = 10.0,
+        intensity: int = STORE_INTENSITY,
+        period: float = STORE_PERIOD,
     ) -> ChildSpec:
         """A supervised store named ``name``: a rest_for_one pair of a keeper and the store.
 
-        If the store crashes, the keeper holds its table and the restarted store adopts it;
-        if the keeper crashes, both restart and the data is gone (as with an ETS heir).
+        If the store crashes, the keeper holds its table and the restarted store adopts it.
+        If the keeper crashes, or the pair gives up after ``intensity`` restarts in
+        ``period`` s, the pair's supervisor keeps the table and the restarted pair gets it
+        back: only the root of the tree giving up, or stopping, loses it.
         """
         keeper = f"{name}.keeper"
 
