@@ -5,9 +5,11 @@ on any thread read the table directly, never queueing behind writes: each conver
 stored as an immutable snapshot ``(messages, n)`` over an append-only list, replaced on
 every write, so a reader sees either all of an ``add`` or none of it.
 
-With an heir (a ``TableKeeper``), the table outlives a crash of its owner and the restarted
-store adopts it: no acknowledged message is lost. Without one, the table dies with its
-owner, as an ETS table does. ``MemoryStore.child_spec(...)`` builds the supervised pair.
+Under a supervisor the table outlives a crash of its owner: its heir (a ``TableKeeper``),
+or else the supervisor, keeps it and the restarted store adopts it, so no acknowledged
+message is lost; up the tree, only the root stopping or giving up loses it. Unsupervised,
+the table dies with its owner, as an ETS table does. ``MemoryStore.child_spec(...)`` builds
+the store under its own supervisor, with a keeper beside it.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class MemoryStoreHandle(StoreClient, Handle):
 
 
 class MemoryStore(GenServer):
-    """The default, in-memory store. Start it alone, or supervised with its heir::
+    """The default, in-memory store. Start it alone, or supervised (its table then lasts)::
 
     store = MemoryStore.start_link()
     store.add("c1", [{"role": "user", "content": "hi"}])
@@ -172,8 +174,9 @@ class MemoryStore(GenServer):
     ) -> MemoryStoreHandle:
         """Start a store linked to the caller.
 
-        With ``heir`` (a ``TableKeeper``), its table survives a crash and the next store
-        started with the same heir and ``table`` name (default: ``name``) adopts it.
+        Its table (named ``table``, default: ``name``) survives a crash when the caller is
+        a supervisor, or with ``heir`` (a ``TableKeeper``); the store restarted under the
+        same child id, or started with the same heir and table name, adopts it.
         """
         table_name = table or name or "otpmem.memory"
         handle = cls._spawn((heir, table_name), {}, current(), name, faults, start_timeout)
