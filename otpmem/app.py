@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,12 +58,23 @@ class AppError(RuntimeError):
     """The application is not in the state the call needs."""
 
 
+Listener = Callable[[SupervisorEvent], None]
+
+
 def _store_spec(
-    data_dir: str | os.PathLike[str] | None, sync: bool, intensity: int, period: float
+    data_dir: str | os.PathLike[str] | None,
+    sync: bool,
+    intensity: int,
+    period: float,
+    listeners: list[Listener],
 ) -> ChildSpec:
     if data_dir is None:
         return MemoryStore.child_spec(
-            DEFAULT_STORE_NAME, "default_store", intensity=intensity, period=period
+            DEFAULT_STORE_NAME,
+            "default_store",
+            intensity=intensity,
+            period=period,
+            listeners=listeners,
         )
     return LevelDBStore.child_spec(
         data_dir,
@@ -72,6 +83,7 @@ def _store_spec(
         sync=sync,
         intensity=intensity,
         period=period,
+        listeners=listeners,
     )
 
 
@@ -87,6 +99,7 @@ def start(
     period: float = PERIOD,
     store_intensity: int = STORE_INTENSITY,
     store_period: float = STORE_PERIOD,
+    listeners: Iterable[Listener] = (),
 ) -> SupervisorHandle:
     """Start the application tree; the default store lives in memory, or in LevelDB under
     ``data_dir``. An unsupervised default store started earlier hands its conversations
@@ -96,8 +109,10 @@ def start(
     in 10 s); the store's own supervisor ``store_intensity`` in ``store_period`` s (20 in
     5 s). The two budgets multiply: with the defaults the store may crash about 230 times
     in a burst before the root gives up, which loses the in-memory conversations; a store
-    crash loop still stops the application within a second.
+    crash loop still stops the application within a second. ``listeners`` hear every
+    supervisor of the tree, including the ones it restarts.
     """
+    listeners = list(listeners)
     with _lock:
         if whereis(APP_NAME) is not None:
             raise AppError("otpmem is already running; otpmem.stop() it first")
@@ -119,17 +134,19 @@ def start(
                 intensity=intensity,
                 period=period,
                 name=AGENTS_NAME,
+                listeners=listeners,
             ),
             type="supervisor",
         )
         set_supervised(MemoryStoreHandle if data_dir is None else LevelDBStoreHandle)
         try:
             root = Supervisor.start(
-                [_store_spec(data_dir, sync, store_intensity, store_period), agents],
+                [_store_spec(data_dir, sync, store_intensity, store_period, listeners), agents],
                 strategy="one_for_one",
                 intensity=intensity,
                 period=period,
                 name=APP_NAME,
+                listeners=listeners,
             )
         except BaseException:
             set_supervised(None)
@@ -163,6 +180,7 @@ def running(
     period: float = PERIOD,
     store_intensity: int = STORE_INTENSITY,
     store_period: float = STORE_PERIOD,
+    listeners: Iterable[Listener] = (),
 ) -> Iterator[SupervisorHandle]:
     """``with otpmem.running(): ...``: start the tree, stop it on the way out."""
     root = start(
@@ -172,6 +190,7 @@ def running(
         period=period,
         store_intensity=store_intensity,
         store_period=store_period,
+        listeners=listeners,
     )
     try:
         yield root

@@ -20,6 +20,7 @@ import pytest
 
 import otpmem
 from otpmem.actors import CallTimeout, NoProcess, ServerExited, faults, whereis
+from otpmem.llm import ScriptedModel
 from otpmem.stores import DEFAULT_STORE_NAME, StoreError
 from otpmem.supervisors import SupervisorHandle
 from tests.support import WAIT, Trace
@@ -37,27 +38,12 @@ def no_app() -> Iterator[None]:
     assert whereis("otpmem") is None
 
 
-def store_supervisor(root: SupervisorHandle) -> SupervisorHandle:
-    """The supervisor the default store is a child of."""
-    (info,) = [c for c in root.which_children() if c.id == "default_store"]
-    if info.type == "supervisor":
-        assert isinstance(info.handle, SupervisorHandle)
-        return info.handle
-    return root
-
-
 def kill_store_and_wait_for_restart(root: SupervisorHandle) -> None:
     """Kill the store; return once it runs again, restarted by its supervisor or the root."""
-    sup = store_supervisor(root)
     store = whereis(DEFAULT_STORE_NAME)
     assert store is not None
     faults.kill(store)
-    try:
-        sup.sync()
-    except (NoProcess, ServerExited):
-        # It gave up: once it has exited, the root has its exit queued and restarts it.
-        sup.wait(WAIT)
-        root.sync()
+    root.sync_tree()
 
 
 class Writers:
@@ -185,3 +171,17 @@ def test_a_store_that_can_never_start_again_still_brings_the_application_down(
     assert root.wait(WAIT) == "shutdown"
     assert events.kinds("max_intensity")
     assert whereis(DEFAULT_STORE_NAME) is None
+
+
+def test_listeners_hear_every_supervisor_of_the_tree_across_its_restarts(no_app: None) -> None:
+    events = Trace()
+    with otpmem.running(store_intensity=0, listeners=[events]) as root:
+        for _ in range(2):  # the second kill reaches the store's restarted supervisor
+            kill_store_and_wait_for_restart(root)
+        agent = otpmem.start_agent(llm=ScriptedModel(["ok"]), memory=False)
+        faults.kill(agent)
+        root.sync_tree()
+    by = Counter((e.supervisor, e.kind, e.child_id) for e in events.items)
+    assert by[("otpmem", "restarted", "default_store")] == 2
+    assert sum(n for (_, kind, child), n in by.items() if kind == "max_intensity") == 2
+    assert by[("otpmem.agents", "restarted", None)] == 1

@@ -17,8 +17,6 @@ from otpmem.actors import (
     SHUTDOWN,
     GenServer,
     Handle,
-    NoProcess,
-    ServerExited,
     Stop,
     Table,
     TableKeeper,
@@ -87,16 +85,6 @@ def child(sup: SupervisorHandle, *path: str) -> Handle:
         assert handle is not None, f"{child_id!r} is not running"
     assert handle is not None
     return handle
-
-
-def kill_then_wait_for(sup: SupervisorHandle, victim: Handle, restarted: Trace) -> None:
-    """Kill ``victim``; return once ``sup`` (one of its ancestors) restarted what it restarts."""
-    before = len(restarted.kinds("restarted"))
-    faults.kill(victim)
-    restarted.wait_for(
-        lambda items: sum(1 for e in items if getattr(e, "kind", "") == "restarted") > before
-    )
-    sup.sync()
 
 
 # -- kept and adopted -------------------------------------------------------------------------
@@ -239,13 +227,8 @@ def test_a_store_killed_past_its_pair_supervisors_intensity_keeps_its_data() -> 
         first_pair = child(root, "pair").pid
         for i in range(3):  # the third kill is one restart too many for the pair
             store.add("c", [msg(f"acked {i}")])
-            pair = child(root, "pair")
             faults.kill(store)
-            try:
-                pair.sync()
-            except (NoProcess, ServerExited):
-                pair.wait(WAIT)
-                root.sync()
+            root.sync_tree()
         assert [e.child_id for e in events.kinds("restarted")] == ["pair"]
         assert child(root, "pair").pid != first_pair
         assert store.call(("adopted",)) is True
@@ -265,7 +248,8 @@ def test_a_worker_table_travels_up_two_supervisors_and_comes_back_down() -> None
         worker = child(root, "mid", "inner", "w")
         worker.call(("put", "k", "survives"))
         table = worker.call(("table",))
-        kill_then_wait_for(root, worker, events)  # inner gives up, mid gives up, root restarts
+        faults.kill(worker)
+        root.sync_tree()  # inner gives up, mid gives up, the root restarts mid
         assert [e.child_id for e in events.kinds("restarted")] == ["mid"]
         worker = child(root, "mid", "inner", "w")
         assert worker.call(("adopted",)) is True
@@ -426,20 +410,21 @@ def test_a_root_supervisor_that_gives_up_deletes_the_tables() -> None:
 
 
 def test_a_killed_supervisor_passes_up_what_it_kept_but_not_what_its_children_own() -> None:
-    events = Trace()
     root = Supervisor.start_link(
-        [sup_spec("sub", [holder_spec("stopped", restart="transient"), holder_spec("running")])],
-        listeners=[events],
+        [sup_spec("sub", [holder_spec("stopped", restart="transient"), holder_spec("running")])]
     )
     try:
         stopped = child(root, "sub", "stopped")
         kept = stopped.call(("table",))
         stopped.call(("stop", "normal"))  # now kept by "sub"
-        owned = child(root, "sub", "running").call(("table",))
-        kill_then_wait_for(root, child(root, "sub"), events)
+        running = child(root, "sub", "running")
+        owned = running.call(("table",))
+        faults.kill(child(root, "sub"))
+        root.sync()
         assert child(root, "sub", "stopped").call(("table",)) is kept
-        # "running" died of its supervisor's exit signal, after that supervisor had gone:
-        # nobody was left to keep its table, as with an ETS heir that died first.
+        # "running" dies of its supervisor's exit signal, after that supervisor has gone:
+        # nobody is left to keep its table, as with an ETS heir that died first.
+        assert running.wait(WAIT) == "killed"
         assert owned.deleted
     finally:
         root.stop()

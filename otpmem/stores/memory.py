@@ -14,7 +14,7 @@ the store under its own supervisor, with a keeper beside it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..actors import (
@@ -38,7 +38,7 @@ from ..messages import (
     as_conv,
     check_user_id,
 )
-from ..supervisors import ChildSpec, Supervisor
+from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
 from ._base import STORE_INTENSITY, STORE_PERIOD, StoreClient, check_last, parse_request
 
 READY_TIMEOUT = 5.0
@@ -191,15 +191,18 @@ class MemoryStore(GenServer):
         *,
         intensity: int = STORE_INTENSITY,
         period: float = STORE_PERIOD,
+        listeners: Iterable[Callable[[SupervisorEvent], None]] = (),
     ) -> ChildSpec:
         """A supervised store named ``name``: a rest_for_one pair of a keeper and the store.
 
         If the store crashes, the keeper holds its table and the restarted store adopts it.
         If the keeper crashes, or the pair gives up after ``intensity`` restarts in
         ``period`` s, the pair's supervisor keeps the table and the restarted pair gets it
-        back: only the root of the tree giving up, or stopping, loses it.
+        back: only the root of the tree giving up, or stopping, loses it. ``listeners``
+        hear the pair's supervisor, in every incarnation.
         """
         keeper = f"{name}.keeper"
+        listeners = list(listeners)
 
         def start_pair() -> Handle:
             return Supervisor.start_link(
@@ -213,6 +216,7 @@ class MemoryStore(GenServer):
                 strategy="rest_for_one",
                 intensity=intensity,
                 period=period,
+                listeners=listeners,
             )
 
         return ChildSpec(child_id or name, start=start_pair, type="supervisor")
