@@ -23,7 +23,7 @@ from ..actors import (
     is_shutdown,
 )
 from ..actors._process import Process
-from ..actors._tables import ChildTables
+from ..actors._tables import become_default_heir
 from ._spec import ChildInfo, ChildSpec
 
 logger = logging.getLogger("otpmem.supervisor")
@@ -56,23 +56,26 @@ class Child:
 
 
 class Children:
-    """Every child of one supervisor, in start order, with a pid index and kept tables."""
+    """Every child of one supervisor, in start order, with a pid index and kept tables.
 
-    def __init__(
-        self,
-        owner: Process,
-        dynamic: bool,
-        emit: Emit,
-        label: Callable[[], str],
-        tables: ChildTables,
-    ) -> None:
+    Built in the supervisor's ``init``: the supervisor becomes the default heir of its
+    children's tables (under simple_one_for_one only while it lives, since a restarted one
+    starts no children for them to come back to).
+    """
+
+    def __init__(self, owner: Process, dynamic: bool, emit: Emit, label: Callable[[], str]) -> None:
         self.owner = owner
         self.dynamic = dynamic
         self.items: list[Child] = []
         self.by_pid: dict[Pid, Child] = {}
         self.emit = emit
         self.label = label
-        self.tables = tables
+        self.tables = become_default_heir(passes_up=not dynamic)
+
+    def exited(self, pid: Pid) -> Child | None:
+        """The child whose exit from ``pid`` just arrived (None: a stale exit)."""
+        self.tables.forget(pid)
+        return self.by_pid.pop(pid, None)
 
     def terminate_all(self) -> None:
         if self.dynamic:
@@ -87,8 +90,8 @@ class Children:
         # dies before it is tracked still hands them back under this key.
         with self.tables.starting(child.key):
             outcome = self._start(child)
-        if outcome[0] == "ok":
-            self.emit(event, child, child.process.pid if child.process else None, None)
+        if child.process is not None and outcome[0] == "ok":
+            self.emit(event, child, child.process.pid, None)
         return outcome
 
     def _start(self, child: Child) -> tuple[str, ExitReason]:
@@ -139,7 +142,9 @@ class Children:
                 process.kill(KILLED)
         else:
             process.exited.wait(shutdown if isinstance(shutdown, float | int) else None)
-        self.tables.forget(process.pid)
+        if process.exited.is_set():
+            # Still exiting otherwise: its tables, when it lets them go, are still its own.
+            self.tables.forget(process.pid)
         self._report_shutdown(child, process)
 
     def _report_shutdown(self, child: Child, process: Process) -> None:

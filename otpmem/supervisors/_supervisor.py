@@ -24,7 +24,6 @@ from ..actors import (
     is_normal_exit,
 )
 from ..actors._node import current
-from ..actors._tables import become_default_heir
 from ._children import Child, Children
 from ._handle import SupervisorHandle
 from ._spec import (
@@ -188,10 +187,7 @@ class Supervisor(GenServer):
         self.listeners = listeners
         self.restarts: deque[float] = deque()
         self.dynamic = flags.strategy == "simple_one_for_one"
-        # Default heir of the children's tables. Under simple_one_for_one a restarted
-        # supervisor starts no children, so what it kept has nobody to come back to.
-        tables = become_default_heir(passes_up=not self.dynamic)
-        self.kids = Children(self._process, self.dynamic, self._emit, self._label, tables)
+        self.kids = Children(self._process, self.dynamic, self._emit, self._label)
         self.template = specs[0] if self.dynamic else None
         self._keys = itertools.count()
         if self.dynamic:
@@ -234,10 +230,9 @@ class Supervisor(GenServer):
     # -- exits and restarts -----------------------------------------------------------------
 
     def _child_exited(self, pid: Pid, reason: ExitReason) -> Any:
-        child = self.kids.by_pid.pop(pid, None)
+        child = self.kids.exited(pid)
         if child is None:
             return None  # a stale exit: that incarnation was already terminated by us
-        self.kids.tables.forget(pid)
         child.process = None
         child.handle = None
         child.status = "undefined"
@@ -273,7 +268,7 @@ class Supervisor(GenServer):
             )
             self._emit("max_intensity", child, None, None)
             if not self.dynamic:
-                self.kids.remove(child)
+                self.kids.remove(child)  # not discard: its tables go up with ours
             return Stop(SHUTDOWN)
         strategy = self.flags.strategy
         if strategy in ("one_for_one", "simple_one_for_one"):
@@ -350,14 +345,13 @@ class Supervisor(GenServer):
                 raise ChildAlreadyPresent(spec.id)
             child = Child(spec.id, spec)
         outcome, reason = self.kids.start(child)
-        if outcome == "ok" or (
-            outcome == "ignore" and not self.dynamic and child.spec.restart != "temporary"
-        ):
+        if outcome == "error":
+            self.kids.discard(child)  # the spec is not kept, so neither is what its init left
+            raise StartChildFailed(child.spec.id, reason) from _as_cause(reason)
+        if outcome == "ok" or (not self.dynamic and child.spec.restart != "temporary"):
             self.kids.items.append(child)
         else:
-            self.kids.discard(child)  # the spec is not kept, so neither is anything it left
-        if outcome == "error":
-            raise StartChildFailed(child.spec.id, reason) from _as_cause(reason)
+            self.kids.discard(child)
         return child.handle
 
     def _api_terminate_child(self, target: Any) -> None:
