@@ -78,12 +78,10 @@ def main() -> int:
 
     with (
         tempfile.TemporaryDirectory(prefix="otpmem-sim-") as data,
-        otpmem.running(data_dir=data, intensity=50) as root,
+        otpmem.running(data_dir=data, intensity=50, listeners=[on_event]) as root,
     ):
         store = otpmem.default_store()  # a handle by name: it follows the store's restarts
         agents_sup: Any = root.child("agents")
-        root.subscribe(on_event)
-        agents_sup.subscribe(on_event)
         names = [f"sim.agent-{i}" for i in range(AGENTS)]
         for i, name in enumerate(names):
             otpmem.start_agent(
@@ -132,11 +130,11 @@ def main() -> int:
 
         def kill_store() -> None:
             faults.kill(store)
-            root.sync()
+            root.sync_tree()  # the store's supervisor, or the root, has restarted it
 
         def crash_store() -> None:
             faults.crash(store, RuntimeError("injected"))
-            root.sync()
+            root.sync_tree()
 
         # One fault at a time, each once enough turns went by, so no two restarts overlap.
         schedule: list[tuple[int, str, Callable[[], None]]] = [

@@ -2,11 +2,17 @@
 
 ::
 
-    otpmem (one_for_one)
-    ├── default_store   MemoryStore + its heir (or a LevelDBStore under data_dir)
+    otpmem (one_for_one, INTENSITY restarts in PERIOD s)
+    ├── default_store   the store's supervisor (STORE_INTENSITY in STORE_PERIOD s) over a
+    │                   TableKeeper + MemoryStore pair, or a LevelDBStore under data_dir
     └── agents          simple_one_for_one: agents started with otpmem.start_agent()
 
 Shutdown goes newest first: agents stop before the store they write to.
+
+The intensities are two budgets in series. The store's supervisor absorbs a burst of store
+crashes; when it gives up (no data lost: the table goes up to the root and comes back down),
+the root counts one restart. So the root gives up only after 11 such escalations in 10 s,
+about 230 store crashes in a burst, or when the agents' supervisor keeps failing.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,6 +29,8 @@ from .actors import whereis
 from .agents import Agent, AgentHandle
 from .stores import (
     DEFAULT_STORE_NAME,
+    STORE_INTENSITY,
+    STORE_PERIOD,
     LevelDBStore,
     LevelDBStoreHandle,
     MemoryStore,
@@ -39,6 +47,9 @@ from .supervisors import (
 
 APP_NAME = "otpmem"
 AGENTS_NAME = "otpmem.agents"
+INTENSITY = 10
+PERIOD = 10.0
+"""The root's and the agents' supervisors: 10 restarts in 10 s (see the module docstring)."""
 logger = logging.getLogger("otpmem.app")
 _lock = threading.Lock()
 
@@ -47,17 +58,32 @@ class AppError(RuntimeError):
     """The application is not in the state the call needs."""
 
 
+Listener = Callable[[SupervisorEvent], None]
+
+
 def _store_spec(
-    data_dir: str | os.PathLike[str] | None, sync: bool, intensity: int, period: float
+    data_dir: str | os.PathLike[str] | None,
+    sync: bool,
+    intensity: int,
+    period: float,
+    listeners: list[Listener],
 ) -> ChildSpec:
     if data_dir is None:
         return MemoryStore.child_spec(
-            DEFAULT_STORE_NAME, "default_store", intensity=intensity, period=period
+            DEFAULT_STORE_NAME,
+            "default_store",
+            intensity=intensity,
+            period=period,
+            listeners=listeners,
         )
-    path = os.fspath(data_dir)
-    return ChildSpec(
+    return LevelDBStore.child_spec(
+        data_dir,
+        DEFAULT_STORE_NAME,
         "default_store",
-        start=lambda: LevelDBStore.start_link(path, name=DEFAULT_STORE_NAME, sync=sync),
+        sync=sync,
+        intensity=intensity,
+        period=period,
+        listeners=listeners,
     )
 
 
@@ -69,13 +95,24 @@ def start(
     data_dir: str | os.PathLike[str] | None = None,
     *,
     sync: bool = True,
-    intensity: int = 10,
-    period: float = 10.0,
+    intensity: int = INTENSITY,
+    period: float = PERIOD,
+    store_intensity: int = STORE_INTENSITY,
+    store_period: float = STORE_PERIOD,
+    listeners: Iterable[Listener] = (),
 ) -> SupervisorHandle:
     """Start the application tree; the default store lives in memory, or in LevelDB under
-    ``data_dir``. Every supervisor of the tree allows ``intensity`` restarts in ``period``
-    seconds. An unsupervised default store started earlier hands its conversations over
-    to the supervised one."""
+    ``data_dir``. An unsupervised default store started earlier hands its conversations
+    over to the supervised one.
+
+    The root and the agents' supervisor allow ``intensity`` restarts in ``period`` s (10
+    in 10 s); the store's own supervisor ``store_intensity`` in ``store_period`` s (20 in
+    5 s). The two budgets multiply: with the defaults the store may crash about 230 times
+    in a burst before the root gives up, which loses the in-memory conversations; a store
+    crash loop still stops the application within a second. ``listeners`` hear every
+    supervisor of the tree, including the ones it restarts.
+    """
+    listeners = list(listeners)
     with _lock:
         if whereis(APP_NAME) is not None:
             raise AppError("otpmem is already running; otpmem.stop() it first")
@@ -97,17 +134,19 @@ def start(
                 intensity=intensity,
                 period=period,
                 name=AGENTS_NAME,
+                listeners=listeners,
             ),
             type="supervisor",
         )
         set_supervised(MemoryStoreHandle if data_dir is None else LevelDBStoreHandle)
         try:
             root = Supervisor.start(
-                [_store_spec(data_dir, sync, intensity, period), agents],
+                [_store_spec(data_dir, sync, store_intensity, store_period, listeners), agents],
                 strategy="one_for_one",
                 intensity=intensity,
                 period=period,
                 name=APP_NAME,
+                listeners=listeners,
             )
         except BaseException:
             set_supervised(None)
@@ -137,11 +176,22 @@ def running(
     data_dir: str | os.PathLike[str] | None = None,
     *,
     sync: bool = True,
-    intensity: int = 10,
-    period: float = 10.0,
+    intensity: int = INTENSITY,
+    period: float = PERIOD,
+    store_intensity: int = STORE_INTENSITY,
+    store_period: float = STORE_PERIOD,
+    listeners: Iterable[Listener] = (),
 ) -> Iterator[SupervisorHandle]:
     """``with otpmem.running(): ...``: start the tree, stop it on the way out."""
-    root = start(data_dir, sync=sync, intensity=intensity, period=period)
+    root = start(
+        data_dir,
+        sync=sync,
+        intensity=intensity,
+        period=period,
+        store_intensity=store_intensity,
+        store_period=store_period,
+        listeners=listeners,
+    )
     try:
         yield root
     finally:

@@ -190,11 +190,9 @@ class Simulation:
         started = time.monotonic()
         ledger = Ledger(ledger_path)
         try:
-            with running(self.data_dir, intensity=10_000, period=1.0) as root:
-                root.subscribe(self._on_event)
-                agents_sup = root.child("agents")
-                if agents_sup is not None:
-                    agents_sup.subscribe(self._on_event)  # type: ignore[attr-defined]
+            with running(
+                self.data_dir, intensity=10_000, period=1.0, listeners=[self._on_event]
+            ) as root:
                 model = self.model or ScriptedModel(scripted_arithmetic)
                 for i in range(self.agents):
                     start_agent(
@@ -207,7 +205,7 @@ class Simulation:
                         system_prompt=f"You are agent {i} of a simulation.",
                     )
                 self._drive(done, ledger)
-                root.sync()  # queued behind any exit of a last fault: restarts are done
+                root.sync_tree()  # queued behind any exit of a last fault: restarts are done
                 report = self._audit(Ledger.load(ledger_path), time.monotonic() - started)
         finally:
             ledger.close()

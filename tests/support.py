@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from otpmem.actors import GenServer, Stop
-from otpmem.supervisors import ChildSpec, SupervisorEvent
+from otpmem.actors import GenServer, Handle, Stop, Table, new_table
+from otpmem.supervisors import ChildSpec, Supervisor, SupervisorEvent, SupervisorHandle
 
 WAIT = 5.0
 
@@ -174,3 +174,49 @@ def assert_pair_safe(messages: Sequence[Mapping[str, Any]]) -> None:
                 f"with no earlier call: {message!r}"
             )
         asked |= {call["id"] for call in message.get("tool_calls") or ()}
+
+
+class Holder(GenServer):
+    """A table owner for the default-heir tests: creates (or adopts) table ``name`` in init.
+
+    Calls: ("put", k, v); ("table",); ("adopted",); ("stop", reason).
+    """
+
+    def init(self, name: str = "held", heir: Handle | None = None) -> None:
+        self.table: Table[Any, Any] = new_table(name, heir=heir)
+
+    def handle_call(self, message: Any) -> Any:
+        kind, *args = message
+        if kind == "put":
+            self.table[args[0]] = args[1]
+            return None
+        if kind == "table":
+            return self.table
+        if kind == "adopted":
+            return self.table.adopted
+        if kind == "stop":
+            return Stop(args[0])
+        raise ValueError(message)
+
+
+def holder_spec(child_id: str, name: str | None = None, **kwargs: Any) -> ChildSpec:
+    """A ChildSpec for a Holder whose table is named after the child (or ``name``)."""
+    return ChildSpec(child_id, start=lambda: Holder.start_link(name or child_id), **kwargs)
+
+
+def sup_spec(child_id: str, children: list[ChildSpec], **flags: Any) -> ChildSpec:
+    """A ChildSpec for a sub-supervisor of ``children``."""
+    return ChildSpec(
+        child_id, start=lambda: Supervisor.start_link(children, **flags), type="supervisor"
+    )
+
+
+def child_at(sup: SupervisorHandle, *path: str) -> Handle:
+    """The running child at ``path`` below ``sup``."""
+    handle: Handle | None = sup
+    for child_id in path:
+        assert isinstance(handle, SupervisorHandle)
+        handle = handle.child(child_id)
+        assert handle is not None, f"{child_id!r} is not running"
+    assert handle is not None
+    return handle

@@ -178,8 +178,8 @@ def test_store_crash_under_the_app_loses_no_acknowledged_message(
         assert not failures, failures
 
     with otpmem.running(data_dir=tmp_path if durable else None) as root:
-        # In memory the store sits in a (keeper, store) pair; in LevelDB it is the root's child.
-        inner = root if durable else store_sup(root)
+        # The store's own supervisor restarts it: over a (keeper, store) pair in memory.
+        inner = store_sup(root)
         agents_pid = root.child("agents").pid
         pids = [store_pid()]
         threads = [threading.Thread(target=writer, args=(w,)) for w in range(n_writers)]
@@ -429,9 +429,7 @@ def test_orphan_store_hands_its_conversations_to_the_supervised_store(
         # The store that holds them is the supervised one.
         if durable:
             assert isinstance(whereis(DEFAULT_STORE_NAME), LevelDBStoreHandle)
-            assert root.child("default_store").pid == store_pid()
-        else:
-            assert store_sup(root).child("store").pid == store_pid()
+        assert store_sup(root).child("store").pid == store_pid()
     if durable:
         with otpmem.running(data_dir=tmp_path):
             assert otpmem.default_store().get(Conv("u1", "c2")) == [user("c")]

@@ -9,18 +9,21 @@ import otpmem
 from otpmem.actors import InitFailed, NoProcess, faults, whereis
 from otpmem.actors.faults import FaultPlan
 from otpmem.stores import DEFAULT_STORE_NAME, LevelDBStore, LevelDBStoreHandle
+from otpmem.supervisors import SupervisorHandle
 from tests.support import WAIT
 
 
 def test_default_store_during_a_restart_never_starts_a_second_store(tmp_path: Path) -> None:
-    with otpmem.running(tmp_path / "data", intensity=100) as root:
+    with otpmem.running(tmp_path / "data") as root:
+        store_sup = root.child("default_store")
+        assert isinstance(store_sup, SupervisorHandle)
         for _ in range(10):
             faults.kill(otpmem.default_store())
             # The name is free until the supervisor has restarted the store: asking for the
             # default store now must give a handle that waits, not an unsupervised store.
             handle = otpmem.default_store()
             assert isinstance(handle, LevelDBStoreHandle)
-            root.sync()
+            store_sup.sync()
             assert isinstance(whereis(DEFAULT_STORE_NAME), LevelDBStoreHandle)
 
 

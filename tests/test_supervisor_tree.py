@@ -326,3 +326,30 @@ def test_already_started_outside_supervisor_start_child_fails_with_already_start
         stop_if_alive(sup)
         if outsider.alive:
             outsider.stop()
+
+
+def test_sync_tree_returns_once_restarts_below_are_done_escalations_included() -> None:
+    events = Trace()
+    root = Supervisor.start_link(
+        [
+            ChildSpec(
+                "mid",
+                start=lambda: Supervisor.start_link([worker_spec("w")], intensity=1),
+                type="supervisor",
+            )
+        ],
+        listeners=[events],
+    )
+    try:
+        mid, first = sub(root, "mid"), running(sub(root, "mid"), "w")
+        faults.kill(first)
+        root.sync_tree()  # mid restarts w: done before sync_tree returns
+        second = running(sub(root, "mid"), "w")
+        assert second.pid != first.pid and sub(root, "mid").pid == mid.pid
+        faults.kill(second)
+        root.sync_tree()  # one restart too many: mid gives up, the root restarts it
+        assert [e.child_id for e in events.kinds("restarted")] == ["mid"]
+        assert sub(root, "mid").pid != mid.pid
+        assert running(sub(root, "mid"), "w").call("ping") == "pong"
+    finally:
+        root.stop()

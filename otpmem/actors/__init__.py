@@ -34,6 +34,7 @@ from ._genserver import (
     self_handle,
     unlink,
 )
+from ._keeper import TableKeeper, claim_table
 from ._names import registered
 from ._node import current, live_processes, on_exit, stop_all
 from ._scheduler import (
@@ -49,7 +50,7 @@ from ._scheduler import (
 )
 from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
-from ._tables import Table, TableKeeper, claim_table, give_away, new_table, set_heir
+from ._tables import Table, adopt_kept_tables, give_away, new_table, set_heir
 
 __all__ = [
     "IGNORE",
@@ -83,6 +84,7 @@ __all__ = [
     "TableKeeper",
     "TableTransfer",
     "add_hog_listener",
+    "adopt_kept_tables",
     "blocking",
     "claim_table",
     "current",

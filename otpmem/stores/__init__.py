@@ -3,6 +3,8 @@
 from ._base import (
     EXPORT_FORMAT,
     EXPORT_VERSION,
+    STORE_INTENSITY,
+    STORE_PERIOD,
     ChatMemory,
     SearchHit,
     StoreCorrupt,
@@ -18,6 +20,8 @@ __all__ = [
     "DEFAULT_STORE_NAME",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "STORE_INTENSITY",
+    "STORE_PERIOD",
     "ChatMemory",
     "LevelDBStore",
     "LevelDBStoreHandle",

@@ -20,6 +20,18 @@ from ..messages import (
 EXPORT_FORMAT = "otpmem.export"
 EXPORT_VERSION = 1
 
+STORE_INTENSITY = 20
+STORE_PERIOD = 5.0
+"""How often a store's own supervisor (``child_spec``) restarts it: 20 times in 5 s.
+
+Giving up costs no data (the store's table, or its directory, outlives its supervisor) and
+only hands the problem to the next supervisor up, which counts it as one restart. So this
+budget is sized to absorb bursts, not to detect a crash loop: 20 in 5 s rides out a store
+killed every quarter of a second for ever, and a burst of 21 kills costs the next
+supervisor one restart. A crash loop still escalates within milliseconds, since restarts
+are immediate.
+"""
+
 
 class StoreError(Exception):
     """A store cannot do what was asked; the message says why and what to do."""

@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,11 @@ from ..messages import (
     as_conv,
     check_user_id,
 )
+from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
 from . import _leveldb_keys as keys
 from ._base import (
+    STORE_INTENSITY,
+    STORE_PERIOD,
     StoreClient,
     StoreCorrupt,
     StoreError,
@@ -191,6 +194,37 @@ class LevelDBStore(GenServer):
             raise
         assert isinstance(handle, LevelDBStoreHandle)
         return handle
+
+    @classmethod
+    def child_spec(
+        cls,
+        path: str | os.PathLike[str],
+        name: str,
+        child_id: str | None = None,
+        *,
+        sync: bool = True,
+        intensity: int = STORE_INTENSITY,
+        period: float = STORE_PERIOD,
+        listeners: Iterable[Callable[[SupervisorEvent], None]] = (),
+    ) -> ChildSpec:
+        """A store named ``name`` at ``path`` under its own supervisor (child ``"store"``).
+
+        Its supervisor absorbs a burst of crashes (``intensity`` restarts in ``period`` s)
+        before it gives up, so the supervisor above it counts one restart per burst.
+        ``listeners`` hear that supervisor, in every incarnation.
+        """
+        where = os.fspath(path)
+        listeners = list(listeners)
+
+        def start_supervisor() -> Handle:
+            return Supervisor.start_link(
+                [ChildSpec("store", start=lambda: cls.start_link(where, name=name, sync=sync))],
+                intensity=intensity,
+                period=period,
+                listeners=listeners,
+            )
+
+        return ChildSpec(child_id or name, start=start_supervisor, type="supervisor")
 
     def init(self, path: str, sync: bool, lock_timeout: float, create: bool = True) -> None:
         self.path = path

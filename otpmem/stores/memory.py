@@ -5,14 +5,16 @@ on any thread read the table directly, never queueing behind writes: each conver
 stored as an immutable snapshot ``(messages, n)`` over an append-only list, replaced on
 every write, so a reader sees either all of an ``add`` or none of it.
 
-With an heir (a ``TableKeeper``), the table outlives a crash of its owner and the restarted
-store adopts it: no acknowledged message is lost. Without one, the table dies with its
-owner, as an ETS table does. ``MemoryStore.child_spec(...)`` builds the supervised pair.
+Under a supervisor the table outlives a crash of its owner: its heir (a ``TableKeeper``),
+or else the supervisor, keeps it and the restarted store adopts it, so no acknowledged
+message is lost; up the tree, only the root stopping or giving up loses it. Unsupervised,
+the table dies with its owner, as an ETS table does. ``MemoryStore.child_spec(...)`` builds
+the store under its own supervisor, with a keeper beside it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..actors import (
@@ -36,8 +38,8 @@ from ..messages import (
     as_conv,
     check_user_id,
 )
-from ..supervisors import ChildSpec, Supervisor
-from ._base import StoreClient, check_last, parse_request
+from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
+from ._base import STORE_INTENSITY, STORE_PERIOD, StoreClient, check_last, parse_request
 
 READY_TIMEOUT = 5.0
 _Snapshot = tuple[list[dict[str, Any]], int]
@@ -147,7 +149,7 @@ class MemoryStoreHandle(StoreClient, Handle):
 
 
 class MemoryStore(GenServer):
-    """The default, in-memory store. Start it alone, or supervised with its heir::
+    """The default, in-memory store. Start it alone, or supervised (its table then lasts)::
 
     store = MemoryStore.start_link()
     store.add("c1", [{"role": "user", "content": "hi"}])
@@ -172,8 +174,9 @@ class MemoryStore(GenServer):
     ) -> MemoryStoreHandle:
         """Start a store linked to the caller.
 
-        With ``heir`` (a ``TableKeeper``), its table survives a crash and the next store
-        started with the same heir and ``table`` name (default: ``name``) adopts it.
+        Its table (named ``table``, default: ``name``) survives a crash when the caller is
+        a supervisor, or with ``heir`` (a ``TableKeeper``); the store restarted under the
+        same child id, or started with the same heir and table name, adopts it.
         """
         table_name = table or name or "otpmem.memory"
         handle = cls._spawn((heir, table_name), {}, current(), name, faults, start_timeout)
@@ -186,15 +189,20 @@ class MemoryStore(GenServer):
         name: str,
         child_id: str | None = None,
         *,
-        intensity: int = 10,
-        period: float = 10.0,
+        intensity: int = STORE_INTENSITY,
+        period: float = STORE_PERIOD,
+        listeners: Iterable[Callable[[SupervisorEvent], None]] = (),
     ) -> ChildSpec:
         """A supervised store named ``name``: a rest_for_one pair of a keeper and the store.
 
-        If the store crashes, the keeper holds its table and the restarted store adopts it;
-        if the keeper crashes, both restart and the data is gone (as with an ETS heir).
+        If the store crashes, the keeper holds its table and the restarted store adopts it.
+        If the keeper crashes, or the pair gives up after ``intensity`` restarts in
+        ``period`` s, the pair's supervisor keeps the table and the restarted pair gets it
+        back: only the root of the tree giving up, or stopping, loses it. ``listeners``
+        hear the pair's supervisor, in every incarnation.
         """
         keeper = f"{name}.keeper"
+        listeners = list(listeners)
 
         def start_pair() -> Handle:
             return Supervisor.start_link(
@@ -208,14 +216,16 @@ class MemoryStore(GenServer):
                 strategy="rest_for_one",
                 intensity=intensity,
                 period=period,
+                listeners=listeners,
             )
 
         return ChildSpec(child_id or name, start=start_pair, type="supervisor")
 
     def init(self, heir: Handle | None = None, table_name: str = "otpmem.memory") -> None:
-        adopted = claim_table(heir, table_name) if heir is not None else None
-        self.adopted = adopted is not None
-        self.table: Table[TableKey, _Snapshot] = adopted or new_table(table_name, heir=heir)
+        claimed = claim_table(heir, table_name) if heir is not None else None
+        # Without the heir's copy, new_table still adopts what our supervisor kept.
+        self.table: Table[TableKey, _Snapshot] = claimed or new_table(table_name, heir=heir)
+        self.adopted = claimed is not None or self.table.adopted
 
     def handle_call(self, message: Any) -> Any:
         kind, arg = parse_request(message, "MemoryStore")

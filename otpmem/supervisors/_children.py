@@ -23,6 +23,7 @@ from ..actors import (
     is_shutdown,
 )
 from ..actors._process import Process
+from ..actors._tables import become_default_heir
 from ._spec import ChildInfo, ChildSpec
 
 logger = logging.getLogger("otpmem.supervisor")
@@ -55,7 +56,12 @@ class Child:
 
 
 class Children:
-    """Every child of one supervisor, in start order, with a pid index."""
+    """Every child of one supervisor, in start order, with a pid index and kept tables.
+
+    Built in the supervisor's ``init``: the supervisor becomes the default heir of its
+    children's tables (under simple_one_for_one only while it lives, since a restarted one
+    starts no children for them to come back to).
+    """
 
     def __init__(self, owner: Process, dynamic: bool, emit: Emit, label: Callable[[], str]) -> None:
         self.owner = owner
@@ -64,6 +70,12 @@ class Children:
         self.by_pid: dict[Pid, Child] = {}
         self.emit = emit
         self.label = label
+        self.tables = become_default_heir(passes_up=not dynamic)
+
+    def exited(self, pid: Pid) -> Child | None:
+        """The child whose exit from ``pid`` just arrived (None: a stale exit)."""
+        self.tables.forget(pid)
+        return self.by_pid.pop(pid, None)
 
     def terminate_all(self) -> None:
         if self.dynamic:
@@ -74,6 +86,15 @@ class Children:
 
     def start(self, child: Child, event: str = "started") -> tuple[str, ExitReason]:
         """Run the child's start function: ("ok"|"ignore"|"error", reason)."""
+        # The child's init adopts the tables its previous incarnation left; a child that
+        # dies before it is tracked still hands them back under this key.
+        with self.tables.starting(child.key):
+            outcome = self._start(child)
+        if child.process is not None and outcome[0] == "ok":
+            self.emit(event, child, child.process.pid, None)
+        return outcome
+
+    def _start(self, child: Child) -> tuple[str, ExitReason]:
         try:
             handle = child.spec.start(*child.args)
         except StartIgnored:
@@ -97,11 +118,11 @@ class Children:
         # died already counts as started (OTP's {ok, Pid}): its exit, or the noproc this link
         # delivers, arrives next and is handled as any exit.
         self.owner.link(process)
+        self.tables.track(process.pid, child.key)
         child.process = process
         child.handle = handle
         child.status = "running"
         self.by_pid[process.pid] = child
-        self.emit(event, child, process.pid, None)
         return "ok", None
 
     def shutdown(self, child: Child) -> None:
@@ -122,6 +143,9 @@ class Children:
                 process.kill(KILLED)
         else:
             process.exited.wait(shutdown if isinstance(shutdown, float | int) else None)
+        if process.exited.is_set():
+            # Still exiting otherwise: its tables, when it lets them go, are still its own.
+            self.tables.forget(process.pid)
         self._report_shutdown(child, process)
 
     def _report_shutdown(self, child: Child, process: Process) -> None:
@@ -164,14 +188,21 @@ class Children:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not process.exited.wait(remaining):
                 process.kill(KILLED)
+            self.tables.forget(process.pid)
             child.process = None
             child.handle = None
             self._report_shutdown(child, process)
         self.items.clear()
 
     def remove(self, child: Child) -> None:
+        """Take ``child`` off the list; what is kept for it stays (it may come back)."""
         if child in self.items:
             self.items.remove(child)
+
+    def discard(self, child: Child) -> None:
+        """``child`` is gone for good: off the list, and its kept tables deleted."""
+        self.remove(child)
+        self.tables.drop(child.key)
 
     def find(self, key: Hashable) -> Child | None:
         for child in self.items:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from ..actors import Handle
+from ..actors import Handle, NoProcess, ServerExited
 
 if TYPE_CHECKING:
     from ._spec import ChildCounts, ChildInfo, ChildSpec, SupervisorEvent
@@ -76,6 +76,23 @@ class SupervisorHandle(Handle):
     def sync(self, timeout: float | None = QUERY_TIMEOUT) -> None:
         """Return once every message queued before this call has been handled."""
         self.call(("sync",), timeout)
+
+    def sync_tree(self, timeout: float | None = QUERY_TIMEOUT) -> None:
+        """``sync`` for the whole subtree: every exit queued in it so far has been handled.
+
+        After ``faults.kill(x)`` anywhere below, the restart it causes is done when this
+        returns, even if supervisors gave up on the way and one above restarted them.
+        """
+        for info in self.which_children(timeout):
+            below = info.handle
+            if info.type != "supervisor" or not isinstance(below, SupervisorHandle):
+                continue
+            try:
+                below.sync_tree(timeout)
+            except (NoProcess, ServerExited):
+                # It gave up: once it has exited, its exit is queued here, before our sync.
+                below.wait(timeout)
+        self.sync(timeout)
 
     def child(self, child_id: Hashable, timeout: float | None = QUERY_TIMEOUT) -> Handle | None:
         """The handle of the running child ``child_id``, or None."""

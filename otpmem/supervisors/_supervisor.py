@@ -200,6 +200,8 @@ class Supervisor(GenServer):
                 raise StartChildFailed(spec.id, reason) from _as_cause(reason)
             if outcome == "ok" or spec.restart != "temporary":
                 self.kids.items.append(child)
+            else:
+                self.kids.discard(child)
 
     def terminate(self, reason: ExitReason) -> None:
         self.kids.terminate_all()
@@ -228,7 +230,7 @@ class Supervisor(GenServer):
     # -- exits and restarts -----------------------------------------------------------------
 
     def _child_exited(self, pid: Pid, reason: ExitReason) -> Any:
-        child = self.kids.by_pid.pop(pid, None)
+        child = self.kids.exited(pid)
         if child is None:
             return None  # a stale exit: that incarnation was already terminated by us
         child.process = None
@@ -240,7 +242,7 @@ class Supervisor(GenServer):
         if action == "restart":
             return self._restart(child)
         if action == "delete" or self.dynamic:
-            self.kids.remove(child)
+            self.kids.discard(child)
         if child.spec.significant and self._should_auto_shutdown():
             self._emit("auto_shutdown", child, pid, reason)
             return Stop(SHUTDOWN)
@@ -266,7 +268,7 @@ class Supervisor(GenServer):
             )
             self._emit("max_intensity", child, None, None)
             if not self.dynamic:
-                self.kids.remove(child)
+                self.kids.remove(child)  # not discard: its tables go up with ours
             return Stop(SHUTDOWN)
         strategy = self.flags.strategy
         if strategy in ("one_for_one", "simple_one_for_one"):
@@ -290,7 +292,7 @@ class Supervisor(GenServer):
             outcome, _ = self.kids.start(child, "restarted")
             if outcome == "ignore":
                 if self.dynamic or child.spec.restart == "temporary":
-                    self.kids.remove(child)
+                    self.kids.discard(child)
             elif outcome == "error":
                 # Retried through the mailbox, so admin calls and shutdown get in between
                 # attempts; each attempt counts against intensity (OTP's try_again_restart).
@@ -311,7 +313,7 @@ class Supervisor(GenServer):
     def _shutdown_bystander(self, child: Child) -> None:
         self.kids.shutdown(child)
         if child.spec.restart == "temporary":
-            self.kids.remove(child)
+            self.kids.discard(child)
 
     # -- admin API (each a handle_call) -----------------------------------------------------
 
@@ -344,23 +346,26 @@ class Supervisor(GenServer):
             child = Child(spec.id, spec)
         outcome, reason = self.kids.start(child)
         if outcome == "error":
+            self.kids.discard(child)  # the spec is not kept, so neither is what its init left
             raise StartChildFailed(child.spec.id, reason) from _as_cause(reason)
         if outcome == "ok" or (not self.dynamic and child.spec.restart != "temporary"):
             self.kids.items.append(child)
+        else:
+            self.kids.discard(child)
         return child.handle
 
     def _api_terminate_child(self, target: Any) -> None:
         if self.dynamic:
             child = self._dynamic_child(target)
             self.kids.shutdown(child)
-            self.kids.remove(child)
+            self.kids.discard(child)
             return
         if isinstance(target, Pid | Handle):
             raise ChildNotFound(target)
         child = self._static_child(target)
         self.kids.shutdown(child)
         if child.spec.restart == "temporary":
-            self.kids.remove(child)
+            self.kids.discard(child)
 
     def _api_restart_child(self, child_id: Hashable) -> Handle | None:
         child = self._static_child(child_id, "restart_child")
@@ -379,7 +384,7 @@ class Supervisor(GenServer):
             raise ChildRestarting(child_id)
         if child.process is not None:
             raise ChildRunning(child_id)
-        self.kids.remove(child)
+        self.kids.discard(child)
 
     def _api_get_childspec(self, target: Any) -> ChildSpec:
         if self.dynamic:
