@@ -205,3 +205,45 @@ def test_a_killed_process_raises_killed_not_exception() -> None:
     """``Killed`` is a BaseException: ``except Exception`` in user code cannot swallow it."""
     assert not issubclass(Killed, Exception)
     assert issubclass(Killed, BaseException)
+
+
+class SlowTerminate(GenServer):
+    """A terminate that holds its thread past the shutdown timeout, then tries to write."""
+
+    def init(self, store: MemoryStoreHandle, entered: threading.Event, release: threading.Event):
+        self.store, self.entered, self.release = store, entered, release
+        self.outcome: list[str] = []
+
+    def terminate(self, reason: Any) -> None:
+        self.entered.set()
+        self.release.wait(WAIT)
+        try:
+            self.store.add("c", [{"role": "user", "content": "after the kill"}])
+            self.outcome.append("written")
+        except Killed:
+            self.outcome.append("killed")
+
+
+def test_a_terminate_stuck_past_its_shutdown_is_killed_and_then_writes_nothing(
+    store: MemoryStoreHandle,
+) -> None:
+    """The supervisor enforces the shutdown timeout even though the child holds a thread
+    (supervisors run on threads of their own), and the late terminate reaches nothing."""
+    entered, release = threading.Event(), threading.Event()
+    spec = ChildSpec(
+        "slow", start=lambda: SlowTerminate.start_link(store, entered, release), shutdown=0.1
+    )
+    sup = Supervisor.start_link([spec])
+    try:
+        child = sup.child("slow")
+        assert child is not None
+        server: SlowTerminate = child.resolve().server
+        sup.terminate_child("slow", timeout=WAIT)  # returns while terminate is still stuck
+        assert entered.is_set()
+        assert child.exit_reason == "killed"
+        release.set()
+        assert _wait_for(lambda: server.outcome == ["killed"])
+        assert store.get("c") == []
+    finally:
+        release.set()
+        sup.stop()

@@ -30,7 +30,7 @@ from otpmem.supervisors import (
     Supervisor,
     SupervisorEvent,
 )
-from tests.support import Trace, Worker, worker_spec
+from tests.support import WAIT, Trace, Worker, worker_spec
 
 
 class IgnoringSupervisor(Supervisor):
@@ -553,7 +553,11 @@ def test_sup_stop_non_shutdown_exit_dynamic(own_reason: Any) -> None:
     racer = sup.start_child(())
     other = sup.start_child(())
     assert racer is not None and other is not None
-    racer.cast(("stop", own_reason))  # queued ahead of the supervisor's stop request
+    # Exit signals do not queue behind messages, so a stop queued in the child could lose
+    # to the supervisor's shutdown: let the child exit first; its Exit is queued ahead of
+    # the supervisor's stop request.
+    racer.cast(("stop", own_reason))
+    racer.wait(WAIT)
     sup.stop()
     assert not sup.alive
     assert racer.exit_reason == own_reason

@@ -226,6 +226,11 @@ class GenServer:
     trap_exits: ClassVar[bool] = False
     """When True, exits of linked processes arrive as ``Exit`` info messages."""
 
+    dedicated_thread: ClassVar[bool] = False
+    """When True, the process runs on a thread of its own instead of the shared schedulers:
+    for the few servers whose timeouts must hold even while other handlers block their
+    threads (supervisors), or that wait in native code themselves."""
+
     caller_errors: ClassVar[tuple[type[BaseException], ...]] = ()
     """Exception types that mean "the caller asked wrongly": returned, not crashed on."""
 

@@ -37,9 +37,11 @@ from ._scheduler import (
     Event,
     OneShot,
     Scheduler,
+    dedicated_scheduler,
     monotonic,
     poke,
     requeue,
+    retire,
     running_process,
     wake,
 )
@@ -123,7 +125,12 @@ class Process:
         self.mailbox: deque[Any] = deque()
         self.run_state = IDLE
         self.run_lock = threading.Lock()
-        self.home: Scheduler | None = None
+        # A dedicated thread keeps the process's timers and waits alive whatever other
+        # processes do to the shared schedulers (a supervisor must be able to kill a child
+        # that holds a thread).
+        self.home: Scheduler | None = (
+            dedicated_scheduler(str(self.pid)) if server.dedicated_thread else None
+        )
         self.waiting: OneShot | None = None
         self.exited = Event()
         # Set once init has returned: direct readers of a server's state wait for it, since a
@@ -451,6 +458,8 @@ class Process:
         # Set last: whoever waits on `exited` finds the exit signals already in the mailboxes
         # of links and monitors, so a call made after kill() returns sees the restart.
         self.exited.set()
+        if self.home is not None and self.home.dedicated:
+            retire(self.home)
         return True
 
     def _run_terminate(self, reason: ExitReason) -> None:

@@ -45,6 +45,7 @@ MAX_SCHEDULERS = 64
 _IDLE_RUNNERS = 16  # runners kept for reuse per scheduler: creating one costs ~8 us
 _SUSPENDED = object()
 _FREE = object()
+_STOP = object()  # ends a dedicated scheduler's thread
 _seq = itertools.count()
 _local = threading.local()
 
@@ -85,8 +86,9 @@ def _run(first: Runnable) -> None:
 class Scheduler:
     """One thread that runs queued processes and resumes suspended runners, in turn."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, dedicated_to: str | None = None) -> None:
         self.index = index
+        self.dedicated = dedicated_to is not None
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.timers: list[tuple[float, int, OneShot]] = []  # touched by this thread only
         self.free_runners: list[Runner] = []
@@ -96,9 +98,8 @@ class Scheduler:
         self.reported = False
         self.hub: Any = None
         started = threading.Event()
-        self.thread = threading.Thread(
-            target=self._main, args=(started,), name=f"otpmem-scheduler-{index}", daemon=True
-        )
+        name = f"otpmem-scheduler-{index}" if dedicated_to is None else dedicated_to
+        self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
         self.thread.start()
         started.wait()
 
@@ -124,6 +125,8 @@ class Scheduler:
                 item = get()
             if type(item) is Runner:
                 self._switch(item, None)
+            elif item is _STOP:
+                return
             else:
                 runner = self.free_runners.pop() if self.free_runners else self._new_runner()
                 self._switch(runner, item)
@@ -191,16 +194,29 @@ def wake(process: Runnable) -> None:
 
     A process woken by another process runs on the waker's scheduler: a call between the
     two is then a greenlet switch, not a thread hand-off. An idle process has no stack, so
-    it may run on any scheduler.
+    it may run on any scheduler, except one with a dedicated thread, which runs only there.
     """
+    home = process.home
+    if home is not None and home.dedicated:
+        home.queue.put(process)
+        return
     here = getcurrent()
-    if type(here) is Runner and not here.scheduler.stuck:
+    if type(here) is Runner and not here.scheduler.stuck and not here.scheduler.dedicated:
         target = here.scheduler
     else:
-        home = process.home
         target = home if home is not None and not home.stuck else _pick()
     process.home = target
     target.queue.put(process)
+
+
+def dedicated_scheduler(label: str) -> Scheduler:
+    """A scheduler whose thread runs one process only (``GenServer.dedicated_thread``)."""
+    return Scheduler(-1, dedicated_to=f"otpmem-dedicated-{label}")
+
+
+def retire(scheduler: Scheduler) -> None:
+    """End a dedicated scheduler's thread once its current activation is over."""
+    scheduler.queue.put(_STOP)
 
 
 def poke(process: Runnable) -> None:
@@ -217,7 +233,11 @@ def requeue(process: Runnable) -> None:
     """Put a running process at the back of its scheduler's queue (fairness)."""
     process.run_state = QUEUED
     here = getcurrent()
-    target = here.scheduler if type(here) is Runner else _pick()
+    home = process.home
+    if home is not None and home.dedicated:
+        target = home
+    else:
+        target = here.scheduler if type(here) is Runner else _pick()
     target.queue.put(process)
 
 

@@ -81,6 +81,8 @@ class Supervisor(GenServer):
     """
 
     trap_exits = True
+    # Its shutdown timeouts must fire even while a child blocks a shared scheduler's thread.
+    dedicated_thread = True
     caller_errors = (SupervisorError, InvalidChildSpec)
     handle_class = SupervisorHandle
 
