@@ -38,19 +38,16 @@ from ._keeper import TableKeeper, claim_table
 from ._names import registered
 from ._node import current, live_processes, on_exit, stop_all
 from ._scheduler import (
-    Event,
     HogReport,
     add_hog_listener,
     remove_hog_listener,
     runtime_thread,
-    sleep,
-)
-from ._scheduler import (
-    run_blocking as _run_blocking,
 )
 from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
 from ._tables import Table, adopt_kept_tables, give_away, new_table, set_heir
+from ._waits import Event, sleep
+from ._waits import run_blocking as _run_blocking
 
 __all__ = [
     "IGNORE",

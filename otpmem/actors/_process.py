@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _names
+from . import _mailbox, _names
 from ._errors import KILLED, NORMAL, ExitReason, InitFailed, Killed, ServerExited, StartIgnored
 from ._node import (
     READY_POLL,
@@ -30,35 +30,26 @@ from ._node import (
     next_monitor_ref,
 )
 from ._scheduler import (
-    BATCH,
     IDLE,
     QUEUED,
-    RUNNING,
-    Event,
-    OneShot,
     Scheduler,
     dedicated_scheduler,
     monotonic,
     poke,
-    requeue,
     retire,
     running_process,
     wake,
 )
 from ._signals import (
     IGNORE,
-    NO_REPLY,
     WAKE,
     CallEnvelope,
-    CastEnvelope,
-    CrashRequest,
     Down,
     Exit,
     Pid,
-    Stop,
     StopRequest,
-    Wake,
 )
+from ._waits import Event, OneShot
 
 if TYPE_CHECKING:
     from ._genserver import GenServer
@@ -232,100 +223,8 @@ class Process:
         return True
 
     def run_batch(self) -> None:
-        """Handle messages until the mailbox is empty or ``BATCH`` are done (on a runner)."""
-        if not self._initialized:
-            self._initialized = True
-            self._run_init()
-        mailbox = self.mailbox
-        for _ in range(BATCH):
-            if self._exiting:
-                return
-            if self.killed:
-                self._exit(self.kill_reason, run_terminate=False)
-                return
-            if self._shutdown is not None:
-                self._exit(self._shutdown, run_terminate=True)
-                return
-            if not mailbox:
-                # Idle, then look again: a sender that saw us running appended before we
-                # set IDLE, so its message is seen here; one that saw IDLE queued us.
-                self.run_state = IDLE
-                if not mailbox:
-                    return
-                with self.run_lock:
-                    if self.run_state != IDLE:
-                        return
-                    self.run_state = RUNNING
-                continue
-            self.run_state = RUNNING
-            self._dispatch(mailbox.popleft())
-        requeue(self)
-
-    def _dispatch(self, message: Any) -> None:
-        kind = type(message)
-        server = self.server
-        try:
-            if kind is CallEnvelope:
-                self._handle_call(message)
-            elif kind is CastEnvelope:
-                if self.faults is not None:
-                    self.faults._before_message(self, message.payload)
-                self._after_handler(server.handle_cast(message.payload))
-            elif kind is StopRequest:
-                self._exit(message.reason, run_terminate=True)
-            elif kind is CrashRequest:
-                self._crash(message.reason)
-            elif kind is Wake:
-                pass
-            else:
-                if self.faults is not None:
-                    self.faults._before_message(self, message)
-                self._after_handler(server.handle_info(message))
-        except BaseException as exc:
-            if self.killed:
-                self._exit(self.kill_reason, run_terminate=False)
-            else:
-                self._crash(exc)
-
-    def _handle_call(self, envelope: CallEnvelope) -> None:
-        slot = envelope.slot
-        self.current_call = envelope
-        try:
-            if self.faults is not None:
-                self.faults._before_message(self, envelope.payload)
-            result = self.server.handle_call(envelope.payload)
-        except self.server.caller_errors as exc:
-            # The caller's mistake: answer with the error, keep serving (stores use this for
-            # invalid messages).
-            self.current_call = None
-            if self.killed:
-                return
-            self.pending.discard(slot)
-            slot.fail(exc)
-            return
-        self.current_call = None
-        if self.killed:
-            return  # killed mid-call: the exit path fails the slot, as OTP's caller sees 'killed'
-        if result is NO_REPLY:
-            return
-        if type(result) is Stop:
-            self.pending.discard(slot)
-            slot.set(result.reply)
-            self._exit(result.reason, run_terminate=True)
-            return
-        self.pending.discard(slot)
-        slot.set(result)
-
-    def _after_handler(self, result: Any) -> None:
-        if type(result) is Stop:
-            self._exit(result.reason, run_terminate=True)
-
-    def _crash(self, reason: ExitReason) -> None:
-        if isinstance(reason, BaseException):
-            logger.error("%r crashed", self, exc_info=reason)
-        else:
-            logger.error("%r crashed with reason %r", self, reason)
-        self._exit(reason, run_terminate=True)
+        """Handle messages until the mailbox is empty or a batch is done (on a runner)."""
+        _mailbox.run_batch(self)
 
     # -- signals ----------------------------------------------------------------------------
 

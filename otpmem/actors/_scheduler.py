@@ -6,7 +6,7 @@ inside a *runner* greenlet. An idle process holds no greenlet and no stack, so a
 them cost only their objects. A handler that waits (a ``call``, ``sleep``, an ``Event``,
 ``blocking`` work) suspends its runner and frees the scheduler for other processes; the
 runner resumes on the same thread when the wait ends (a greenlet cannot change threads).
-Callers that are plain threads block as before.
+Callers that are plain threads block as before. The waits themselves are in ``_waits``.
 
 The trap this design avoids: a handler blocking its scheduler thread on a callee that needs
 the same thread to run. Every wait of the runtime suspends instead of blocking; work that
@@ -25,13 +25,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from greenlet import getcurrent, greenlet
 
-from ._errors import Killed
+if TYPE_CHECKING:
+    from ._waits import OneShot
 
 logger = logging.getLogger("otpmem.actors")
 
@@ -43,11 +43,11 @@ HOG_THRESHOLD = float(os.environ.get("OTPMEM_HOG_THRESHOLD", "0.5"))
 """Seconds a handler may hold a scheduler before it is reported and work moves away."""
 MAX_SCHEDULERS = 64
 _IDLE_RUNNERS = 16  # runners kept for reuse per scheduler: creating one costs ~8 us
-_SUSPENDED = object()
+SUSPENDED = object()  # what a runner tells the hub when it parks
 _FREE = object()
 _STOP = object()  # ends a dedicated scheduler's thread
-_seq = itertools.count()
-_local = threading.local()
+timer_seq = itertools.count()  # tie-breaker of timers due at the same instant
+acting = threading.local()  # .process: whom blocking work on a pool thread runs for
 
 
 class Runnable(Protocol):
@@ -158,7 +158,7 @@ class Scheduler:
 # -- the pool of schedulers ----------------------------------------------------------------
 
 _schedulers: list[Scheduler] = []
-_pool_lock = threading.Lock()
+pool_lock = threading.Lock()
 _round_robin = itertools.count()
 
 
@@ -172,7 +172,7 @@ def _default_count() -> int:
 def schedulers() -> list[Scheduler]:
     """The running schedulers, started on first use (``OTPMEM_SCHEDULERS`` sets how many)."""
     if not _schedulers:
-        with _pool_lock:
+        with pool_lock:
             if not _schedulers:
                 for index in range(_default_count()):
                     _schedulers.append(Scheduler(index))
@@ -251,202 +251,7 @@ def running_process() -> Any:
     here = getcurrent()
     if type(here) is Runner:
         return here.process
-    return getattr(_local, "acting", None)
-
-
-# -- waiting without blocking a scheduler --------------------------------------------------
-
-
-class OneShot:
-    """A one-shot answer: the first ``set``, ``fail`` or timeout wins, later ones are dropped.
-
-    Made by the code that will wait on it: inside a process the wait suspends the runner,
-    on a plain thread it blocks on a bare lock (the cheapest blocking primitive in CPython).
-    ``itertools.count`` is an atomic test-and-set under the GIL.
-    """
-
-    __slots__ = ("_claim", "_lock", "_runner", "error", "timed_out", "value")
-
-    def __init__(self) -> None:
-        here = getcurrent()
-        self._claim = itertools.count().__next__
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.timed_out = False
-        if type(here) is Runner:
-            self._runner: Runner | None = here
-            self._lock: Any = None
-        else:
-            self._runner = None
-            self._lock = threading.Lock()
-            self._lock.acquire()
-
-    def set(self, value: Any) -> bool:
-        """Store the answer; False if the slot was already answered (or timed out)."""
-        if self._claim():
-            return False
-        self.value = value
-        self._wake()
-        return True
-
-    def fail(self, error: BaseException) -> bool:
-        """Store an error for the waiter to raise; False if already answered."""
-        if self._claim():
-            return False
-        self.error = error
-        self._wake()
-        return True
-
-    def time_out(self) -> bool:
-        """End the wait unanswered (a timer, or a kill); False if an answer came first."""
-        if self._claim():
-            return False
-        self.timed_out = True
-        self._wake()
-        return True
-
-    def _wake(self) -> None:
-        runner = self._runner
-        if runner is None:
-            self._lock.release()
-        else:
-            runner.scheduler.queue.put(runner)
-
-    def wait(self, timeout: float | None) -> bool:
-        """Wait for the answer; False on timeout. ``None`` waits forever."""
-        runner = self._runner
-        if runner is None:
-            if self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
-                return True
-            if self.time_out():
-                return False
-            # An answer won the race after the lock timed out: it is being written now.
-            self._lock.acquire()
-            return True
-        scheduler = runner.scheduler
-        if timeout is not None:
-            heapq.heappush(scheduler.timers, (monotonic() + timeout, next(_seq), self))
-        process = runner.process
-        if process is not None:
-            process.waiting = self
-        runner.waiting = self
-        scheduler.hub.switch(_SUSPENDED)
-        runner.waiting = None
-        if process is not None:
-            process.waiting = None
-            if process.killed:
-                raise Killed(process)
-        return not self.timed_out
-
-
-def sleep(seconds: float) -> None:
-    """Sleep without holding a scheduler (``time.sleep`` on a plain thread)."""
-    if type(getcurrent()) is Runner:
-        OneShot().wait(max(seconds, 0.0))
-    else:
-        time.sleep(seconds)
-
-
-_events_lock = threading.Lock()
-
-
-class Event:
-    """``threading.Event`` for both worlds: processes suspend on it, threads block on it."""
-
-    __slots__ = ("_flag", "_thread_event", "_waiters")
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._waiters: list[OneShot] | None = None
-        self._thread_event: threading.Event | None = None
-
-    def is_set(self) -> bool:
-        """True once ``set`` was called."""
-        return self._flag
-
-    def set(self) -> None:
-        """Set the flag and wake every waiter."""
-        with _events_lock:
-            if self._flag:
-                return
-            self._flag = True
-            waiters, self._waiters = self._waiters, None
-            thread_event = self._thread_event
-        if thread_event is not None:
-            thread_event.set()
-        for waiter in waiters or ():
-            waiter.set(True)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until set; False on timeout."""
-        if self._flag:
-            return True
-        if type(getcurrent()) is Runner:
-            waiter = OneShot()
-            with _events_lock:
-                if self._flag:
-                    return True
-                if self._waiters is None:
-                    self._waiters = []
-                self._waiters.append(waiter)
-            if not waiter.wait(timeout):
-                with _events_lock:
-                    if self._waiters is not None and waiter in self._waiters:
-                        self._waiters.remove(waiter)
-            return self._flag
-        with _events_lock:
-            if self._flag:
-                return True
-            if self._thread_event is None:
-                self._thread_event = threading.Event()
-            thread_event = self._thread_event
-        return thread_event.wait(timeout)
-
-
-# -- blocking work, off the schedulers -----------------------------------------------------
-
-BLOCKING_THREADS = int(os.environ.get("OTPMEM_BLOCKING_THREADS", "64"))
-_blocking_pool: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _blocking_pool
-    if _blocking_pool is None:
-        with _pool_lock:
-            if _blocking_pool is None:
-                _blocking_pool = ThreadPoolExecutor(
-                    max_workers=BLOCKING_THREADS, thread_name_prefix="otpmem-blocking"
-                )
-    return _blocking_pool
-
-
-def run_blocking(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run ``fn`` on the blocking pool and suspend until it returns; inline off a scheduler.
-
-    The work runs on behalf of the calling process: if that process is killed meanwhile, it
-    never sees the result, and every runtime operation the work attempts fails.
-    """
-    if type(getcurrent()) is not Runner:
-        return fn(*args, **kwargs)
-    answer = OneShot()
-    owner = running_process()
-
-    def work() -> None:
-        _local.acting = owner
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            answer.fail(exc)
-        else:
-            answer.set(result)
-        finally:
-            _local.acting = None
-
-    _pool().submit(work)
-    answer.wait(None)
-    if answer.error is not None:
-        raise answer.error
-    return answer.value
+    return getattr(acting, "process", None)
 
 
 # -- watching for hogs ---------------------------------------------------------------------
@@ -502,7 +307,7 @@ class _Monitor(threading.Thread):
             scheduler.stuck = True
             self._move_queued(scheduler)
         if all(s.stuck for s in _schedulers) and len(_schedulers) < MAX_SCHEDULERS:
-            with _pool_lock:
+            with pool_lock:
                 _schedulers.append(Scheduler(len(_schedulers)))
             logger.warning("every scheduler is stuck; started scheduler %d", len(_schedulers) - 1)
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from ._scheduler import IDLE, QUEUED, Event, OneShot, Scheduler, wake
+from ._scheduler import IDLE, QUEUED, Scheduler, wake
+from ._waits import Event, OneShot
 
 if TYPE_CHECKING:
     from pykka._envelope import Envelope

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import NORMAL, ExitReason
-from ._scheduler import OneShot
+from ._waits import OneShot
 
 if TYPE_CHECKING:
     from ._process import Process

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._errors import KILLED, CallTimeout, ExitReason, NoProcess
-from ._scheduler import sleep
 from ._signals import CrashRequest, Pid
+from ._waits import sleep
 
 if TYPE_CHECKING:
     from ._genserver import Handle
