@@ -97,11 +97,20 @@ class OneShot:
             self._lock.acquire()
             return True
         scheduler = runner.scheduler
-        if timeout is not None:
-            heapq.heappush(scheduler.timers, (monotonic() + timeout, next(timer_seq), self))
         process = runner.process
         if process is not None:
+            # Published before the check: a kill either sees this wait and ends it, or has
+            # already marked the process, and the wait does not begin.
             process.waiting = self
+            if process.killed:
+                process.waiting = None
+                if self._claim():
+                    # The kill (or an answer) claimed this wait first and queued a wake-up
+                    # for this runner: take it here, or it would resume a later wait.
+                    scheduler.hub.switch(SUSPENDED)
+                raise Killed(process)
+        if timeout is not None:
+            heapq.heappush(scheduler.timers, (monotonic() + timeout, next(timer_seq), self))
         runner.waiting = self
         scheduler.hub.switch(SUSPENDED)
         runner.waiting = None
