@@ -66,6 +66,11 @@ def bench_live_agents(sizes: list[int]) -> list[str]:
     lines = []
     model = ScriptedModel(["ok"] * 10)
     pykka_kib = pykka_rss_per_actor(1_000)
+    # A warm-up round: the first agents pay for imports and caches, and RSS freed by the
+    # benchmarks before would otherwise make small sizes read negative.
+    warm = MemoryStore.start_link()
+    start_agents(1_000, warm, model)
+    stop_all(timeout=30.0)
     for n in sizes:
         store = MemoryStore.start_link()
         gc.collect()
