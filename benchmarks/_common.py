@@ -158,3 +158,39 @@ def race(
         for name in names:
             times[name].append(total_ns[name] / (chunks * calls[name]) / 1e9)
     return times
+
+
+# -- caller threads -------------------------------------------------------------------------
+
+
+def drive(groups: Sequence[Sequence[Callable[[], Any]]], turns_per_thread: int) -> float:
+    """Seconds for one thread per group to run ``turns_per_thread`` of its turns, in a cycle."""
+    barrier = threading.Barrier(len(groups) + 1)
+    errors: list[BaseException] = []
+
+    def work(turns: Sequence[Callable[[], Any]]) -> None:
+        """Cycle over ``turns``, one call each in turn."""
+        barrier.wait()
+        try:
+            n = len(turns)
+            for i in range(turns_per_thread):
+                turns[i % n]()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(g,), daemon=True) for g in groups]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def split(turns: Sequence[Callable[[], Any]], threads: int) -> list[list[Callable[[], Any]]]:
+    """``turns`` dealt round-robin over ``threads`` caller threads."""
+    return [list(turns[t::threads]) for t in range(min(threads, len(turns)))]

@@ -9,14 +9,13 @@ from __future__ import annotations
 import gc
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pykka
-from _common import EchoActor, memory_kib, ratio_summary, verdict
+from _common import EchoActor, drive, memory_kib, ratio_summary, split, verdict
 
 from otpmem.actors import GenServer, NoProcess, ServerExited, faults, sleep, stop_all, whereis
 from otpmem.agents import Agent, AgentHandle
@@ -112,23 +111,10 @@ def pykka_rss_per_actor(n: int) -> float:
 
 def turns_per_second(agents: list[AgentHandle], turns: int) -> float:
     """Turns/s of CALLERS threads, each running turns on its own slice of ``agents``."""
-    barrier = threading.Barrier(CALLERS + 1)
+    runs = [lambda agent=agent: agent.run(TEXT, timeout=60) for agent in agents]
+    groups = split(runs, CALLERS) if len(runs) >= CALLERS else [runs] * CALLERS
     per_thread = turns // CALLERS
-    slices = [agents[i::CALLERS] or agents for i in range(CALLERS)]
-
-    def drive(mine: list[AgentHandle]) -> None:
-        barrier.wait()
-        for k in range(per_thread):
-            mine[(k * 7919) % len(mine)].run(TEXT, timeout=60)
-
-    threads = [threading.Thread(target=drive, args=(s,)) for s in slices]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return per_thread * CALLERS / (time.perf_counter() - t0)
+    return per_thread * len(groups) / drive(groups, per_thread)
 
 
 def bench_turns(sizes: list[int], turns: int, repeats: int) -> list[str]:

@@ -11,6 +11,7 @@ from otpmem.actors import (
     SHUTDOWN,
     CallTimeout,
     GenServer,
+    Handle,
     Killed,
     NoProcess,
     ServerExited,
@@ -67,19 +68,25 @@ class Peer(GenServer):
             self.trace(("terminate", self.pid, reason))
 
 
-def test_a_process_killed_while_suspended_in_a_call_dies_at_once() -> None:
-    trace = Trace()
-    slow, caller = Peer.start(), Peer.start(trace)
+def call_in_thread(target: Handle, message: Any) -> tuple[threading.Thread, list[Any]]:
+    """Call ``target`` from a new thread; the list gets the answer, or the exit reason."""
     outcome: list[Any] = []
 
     def call() -> None:
         try:
-            outcome.append(caller.call(("relay", (slow, ("sleep", 3.0)))))
+            outcome.append(target.call(message))
         except ServerExited as exc:
             outcome.append(exc.reason)
 
     thread = threading.Thread(target=call)
     thread.start()
+    return thread, outcome
+
+
+def test_a_process_killed_while_suspended_in_a_call_dies_at_once() -> None:
+    trace = Trace()
+    slow, caller = Peer.start(), Peer.start(trace)
+    thread, outcome = call_in_thread(caller, ("relay", (slow, ("sleep", 3.0))))
     try:
         # Wait until the caller is suspended in its call to slow.
         process = caller.resolve()
@@ -97,16 +104,7 @@ def test_a_process_killed_in_blocking_work_dies_and_the_work_reaches_nothing() -
     trace = Trace()
     peer = Peer.start(trace)
     release = threading.Event()
-    outcome: list[Any] = []
-
-    def call() -> None:
-        try:
-            outcome.append(peer.call(("blocking", release)))
-        except ServerExited as exc:
-            outcome.append(exc.reason)
-
-    thread = threading.Thread(target=call)
-    thread.start()
+    thread, outcome = call_in_thread(peer, ("blocking", release))
     try:
         process = peer.resolve()
         trace.wait_for(lambda items: ("calling", process.pid) in items)
