@@ -2,7 +2,7 @@
 
 An owner with no supervisor; a child deleted for good (temporary, delete_child, a
 simple_one_for_one child not restarted, or that supervisor restarting); the root stopping
-or giving up; the running children of a supervisor killed brutally.
+or giving up.
 """
 
 from __future__ import annotations
@@ -133,24 +133,3 @@ def test_a_root_supervisor_that_gives_up_deletes_the_tables() -> None:
     faults.kill(child_at(root, "w"))
     assert root.wait(WAIT) == SHUTDOWN
     assert table.deleted
-
-
-def test_a_killed_supervisor_passes_up_what_it_kept_but_not_what_its_children_own() -> None:
-    root = Supervisor.start_link(
-        [sup_spec("sub", [holder_spec("stopped", restart="transient"), holder_spec("running")])]
-    )
-    try:
-        stopped = child_at(root, "sub", "stopped")
-        kept = stopped.call(("table",))
-        stopped.call(("stop", "normal"))  # now kept by "sub"
-        running = child_at(root, "sub", "running")
-        owned = running.call(("table",))
-        faults.kill(child_at(root, "sub"))
-        root.sync()
-        assert child_at(root, "sub", "stopped").call(("table",)) is kept
-        # "running" dies of its supervisor's exit signal, after that supervisor has gone:
-        # nobody is left to keep its table, as with an ETS heir that died first.
-        assert running.wait(WAIT) == "killed"
-        assert owned.deleted
-    finally:
-        root.stop()

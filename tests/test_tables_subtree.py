@@ -249,3 +249,29 @@ def test_a_terminated_sub_supervisor_hands_its_kept_tables_back_on_restart_child
         assert child_at(root, "sub", "w").call(("table",)) is table
     finally:
         root.stop()
+
+
+def test_a_killed_supervisor_passes_up_what_it_kept_and_what_its_children_own() -> None:
+    """A killed supervisor kills its running children in its own exit path, so their tables
+    reach it while it can still keep them, and the restarted subtree gets both back."""
+    root = Supervisor.start_link(
+        [sup_spec("sub", [holder_spec("stopped", restart="transient"), holder_spec("running")])]
+    )
+    try:
+        stopped = child_at(root, "sub", "stopped")
+        kept = stopped.call(("table",))
+        stopped.call(("stop", "normal"))  # now kept by "sub"
+        running = child_at(root, "sub", "running")
+        owned = running.call(("table",))
+        running.call(("put", "k", "v"))
+        faults.kill(child_at(root, "sub"))
+        # Dead before anyone heard of its supervisor's death, so before the restart.
+        assert running.exit_reason == "killed"
+        root.sync()
+        assert child_at(root, "sub", "stopped").call(("table",)) is kept
+        again = child_at(root, "sub", "running")
+        assert again.call(("table",)) is owned
+        assert again.call(("adopted",)) is True
+        assert owned["k"] == "v"
+    finally:
+        root.stop()

@@ -176,6 +176,11 @@ class Event:
                     if self._waiters is not None and waiter in self._waiters:
                         self._waiters.remove(waiter)
             return self._flag
+        return self.wait_blocking(timeout)
+
+    def wait_blocking(self, timeout: float | None = None) -> bool:
+        """Wait holding the calling thread, even inside a process (for dedicated threads
+        and exit paths, where the process cannot suspend: it is already killed)."""
         with _events_lock:
             if self._flag:
                 return True

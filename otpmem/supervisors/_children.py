@@ -27,6 +27,7 @@ from ..actors._tables import become_default_heir
 from ._spec import ChildInfo, ChildSpec
 
 logger = logging.getLogger("otpmem.supervisor")
+KILL_GRACE = 1.0  # how long a killed supervisor waits for its children to die with it
 
 Emit = Callable[[str, "Child | None", "Pid | None", ExitReason], None]
 """How children report: emit(kind, child, pid, reason)."""
@@ -83,6 +84,25 @@ class Children:
             return
         for child in reversed(self.items):
             self.shutdown(child)
+
+    def kill_all(self) -> None:
+        """In the supervisor's exit path: kill the children still running, wait for them.
+
+        Only a supervisor that was itself killed has any (terminate shuts them down
+        otherwise). Left to the exit signal, they would die after it, asynchronously: their
+        tables would find their heir gone, and a restarted supervisor could find their names
+        still taken. Killed here, before anyone hears of its death, they hand their tables
+        in while it can still keep them and pass them up.
+        """
+        running = [c.process for c in self.items if c.process is not None]
+        for process in running:
+            process.signal_kill(KILLED)
+        deadline = time.monotonic() + KILL_GRACE
+        for process in running:
+            # A blocking wait: the supervisor is killed, so it can no longer suspend; it has
+            # a thread of its own (or this is its killer's thread).
+            if not process.exited.wait_blocking(max(0.0, deadline - time.monotonic())):
+                process.kill(KILLED, grace=0.0)
 
     def start(self, child: Child, event: str = "started") -> tuple[str, ExitReason]:
         """Run the child's start function: ("ok"|"ignore"|"error", reason)."""

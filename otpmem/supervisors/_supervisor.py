@@ -22,6 +22,7 @@ from ..actors import (
     Pid,
     Stop,
     is_normal_exit,
+    on_exit,
 )
 from ..actors._node import current
 from ._children import Child, Children
@@ -190,6 +191,7 @@ class Supervisor(GenServer):
         self.restarts: deque[float] = deque()
         self.dynamic = flags.strategy == "simple_one_for_one"
         self.kids = Children(self._process, self.dynamic, self._emit, self._label)
+        on_exit(self.kids.kill_all)
         self.template = specs[0] if self.dynamic else None
         self._keys = itertools.count()
         if self.dynamic:
