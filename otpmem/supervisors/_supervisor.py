@@ -6,6 +6,7 @@ happens, and the strategy decides which siblings go down and come back with the 
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import time
@@ -218,12 +219,27 @@ class Supervisor(GenServer):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
+        # Every request is checked whole before its handler runs: a malformed one is the
+        # caller's error, never a crash that would take the children down with it.
         if not (isinstance(message, tuple) and message and isinstance(message[0], str)):
-            raise SupervisorError(f"not a supervisor request: {message!r}")
-        handler = getattr(self, f"_api_{message[0]}", None)
-        if handler is None:
-            raise SupervisorError(f"unknown supervisor request {message[0]!r}")
-        return handler(*message[1:])
+            raise SupervisorError(
+                f"not a supervisor request: {message!r} (a request is a tuple "
+                "(operation, *arguments), e.g. ('which_children',))"
+            )
+        operation, args = message[0], message[1:]
+        requests = _requests(type(self))
+        params = requests.get(operation)
+        if params is None:
+            raise SupervisorError(
+                f"unknown supervisor request {operation!r}; "
+                f"a supervisor answers {', '.join(sorted(requests))}"
+            )
+        if len(args) != len(params):
+            raise SupervisorError(
+                f"supervisor request {operation!r} takes {_arguments(params)}, "
+                f"got {len(args)}: {message!r}"
+            )
+        return getattr(self, f"_api_{operation}")(*args)
 
     # -- exits and restarts -----------------------------------------------------------------
 
@@ -387,6 +403,8 @@ class Supervisor(GenServer):
         return self._static_child(target).spec
 
     def _api_subscribe(self, listener: Listener) -> None:
+        if not callable(listener):
+            raise SupervisorError(f"subscribe takes a callable listener(event), got {listener!r}")
         self.listeners.append(listener)
 
     def _api_unsubscribe(self, listener: Listener) -> None:
@@ -440,6 +458,31 @@ class Supervisor(GenServer):
                 listener(event)
             except Exception:
                 logger.exception("supervisor %s: event listener %r failed", self._label(), listener)
+
+
+_request_tables: dict[type[Supervisor], dict[str, tuple[str, ...]]] = {}
+
+
+def _requests(server: type[Supervisor]) -> dict[str, tuple[str, ...]]:
+    """The admin requests a supervisor class answers, each with its arguments' names.
+
+    Read once from the ``_api_*`` methods themselves, so the check cannot drift from them.
+    """
+    table = _request_tables.get(server)
+    if table is None:
+        table = {}
+        for name in dir(server):
+            if name.startswith("_api_"):
+                _, *params = inspect.signature(getattr(server, name)).parameters  # minus self
+                table[name.removeprefix("_api_")] = tuple(params)
+        _request_tables[server] = table
+    return table
+
+
+def _arguments(params: tuple[str, ...]) -> str:
+    if not params:
+        return "no arguments"
+    return f"{len(params)} argument{'s' if len(params) > 1 else ''} ({', '.join(params)})"
 
 
 def _as_cause(reason: ExitReason) -> BaseException | None:
