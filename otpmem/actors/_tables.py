@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-from ._errors import NoProcess, NotInProcess, TableError
+from ._errors import NoProcess, NotInProcess, TableError, short_repr
 from ._genserver import GenServer, Handle
 from ._node import current
 from ._process import Process
@@ -209,7 +209,7 @@ class TableKeeper(GenServer):
 
     def handle_call(self, message: Any) -> Any:
         if not (isinstance(message, tuple) and len(message) == 2):
-            raise ValueError(f"TableKeeper does not understand {message!r}")
+            raise ValueError(f"TableKeeper does not understand {short_repr(message)}")
         kind, name = message
         if kind == "claim":
             table = self.kept.pop(name, None)
@@ -223,7 +223,7 @@ class TableKeeper(GenServer):
             return table
         if kind == "held":
             return sorted(self.kept)
-        raise ValueError(f"TableKeeper does not understand {message!r}")
+        raise ValueError(f"TableKeeper does not understand {short_repr(message)}")
 
 
 def claim_table(keeper: Handle, name: str, timeout: float = 5.0) -> Table[Any, Any] | None:

@@ -35,6 +35,7 @@ from ..messages import (
     InvalidMessage,
     as_conv,
     check_user_id,
+    short_repr,
 )
 from ..supervisors import ChildSpec, Supervisor
 from ._base import StoreClient, check_last, parse_request
@@ -233,7 +234,7 @@ class MemoryStore(GenServer):
         elif kind == "adopted":
             return self.adopted
         else:
-            raise ValueError(f"MemoryStore does not understand {message!r}")
+            raise ValueError(f"MemoryStore does not understand {short_repr(message)}")
         return None
 
     def _append(self, conv: Conv, batch: Sequence[dict[str, Any]]) -> None:

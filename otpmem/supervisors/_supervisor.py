@@ -25,6 +25,7 @@ from ..actors import (
     is_normal_exit,
 )
 from ..actors._node import current
+from ..messages import short_repr
 from ._children import Child, Children
 from ._handle import SupervisorHandle
 from ._spec import (
@@ -223,7 +224,7 @@ class Supervisor(GenServer):
         # caller's error, never a crash that would take the children down with it.
         if not (isinstance(message, tuple) and message and isinstance(message[0], str)):
             raise SupervisorError(
-                f"not a supervisor request: {message!r} (a request is a tuple "
+                f"not a supervisor request: {short_repr(message)} (a request is a tuple "
                 "(operation, *arguments), e.g. ('which_children',))"
             )
         operation, args = message[0], message[1:]
@@ -231,13 +232,13 @@ class Supervisor(GenServer):
         params = requests.get(operation)
         if params is None:
             raise SupervisorError(
-                f"unknown supervisor request {operation!r}; "
+                f"unknown supervisor request {short_repr(operation)}; "
                 f"a supervisor answers {', '.join(sorted(requests))}"
             )
         if len(args) != len(params):
             raise SupervisorError(
                 f"supervisor request {operation!r} takes {_arguments(params)}, "
-                f"got {len(args)}: {message!r}"
+                f"got {len(args)}: {short_repr(message)}"
             )
         return getattr(self, f"_api_{operation}")(*args)
 
@@ -273,12 +274,12 @@ class Supervisor(GenServer):
     def _restart(self, child: Child) -> Any:
         if not self._add_restart():
             logger.error(
-                "supervisor %s reached max restart intensity (%d in %s s) restarting %r; "
+                "supervisor %s reached max restart intensity (%d in %s s) restarting %s; "
                 "shutting down",
                 self._label(),
                 self.flags.intensity,
                 self.flags.period,
-                child.spec.id,
+                short_repr(child.spec.id),
             )
             self._emit("max_intensity", child, None, None)
             if not self.dynamic:
@@ -347,7 +348,9 @@ class Supervisor(GenServer):
             assert self.template is not None
             if not isinstance(spec_or_args, tuple):
                 raise InvalidChildSpec(
-                    "args", f"simple_one_for_one takes a tuple of extra args, got {spec_or_args!r}"
+                    "args",
+                    "simple_one_for_one takes a tuple of extra args, "
+                    f"got {short_repr(spec_or_args)}",
                 )
             child = Child(next(self._keys), self.template, spec_or_args)
         else:
@@ -404,7 +407,9 @@ class Supervisor(GenServer):
 
     def _api_subscribe(self, listener: Listener) -> None:
         if not callable(listener):
-            raise SupervisorError(f"subscribe takes a callable listener(event), got {listener!r}")
+            raise SupervisorError(
+                f"subscribe takes a callable listener(event), got {short_repr(listener)}"
+            )
         self.listeners.append(listener)
 
     def _api_unsubscribe(self, listener: Listener) -> None:
@@ -444,20 +449,23 @@ class Supervisor(GenServer):
         child_id = None if child is None or self.dynamic else child.spec.id
         event = SupervisorEvent(kind, self._label(), child_id, pid, reason)
         level = logging.ERROR if kind == "exited" and not is_normal_exit(reason) else logging.INFO
-        logger.log(
-            level,
-            "supervisor %s: %s child=%r pid=%r reason=%r",
-            event.supervisor,
-            kind,
-            child_id,
-            pid,
-            reason,
-        )
+        if logger.isEnabledFor(level):
+            logger.log(
+                level,
+                "supervisor %s: %s child=%s pid=%r reason=%s",
+                event.supervisor,
+                kind,
+                short_repr(child_id),
+                pid,
+                short_repr(reason),
+            )
         for listener in list(self.listeners):
             try:
                 listener(event)
             except Exception:
-                logger.exception("supervisor %s: event listener %r failed", self._label(), listener)
+                logger.exception(
+                    "supervisor %s: event listener %s failed", self._label(), short_repr(listener)
+                )
 
 
 _request_tables: dict[type[Supervisor], dict[str, tuple[str, ...]]] = {}
