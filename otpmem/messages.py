@@ -16,14 +16,109 @@ from any store, msgpack or JSON: equal dicts.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import Any, NamedTuple, NoReturn
 
 ROLES = ("system", "user", "assistant", "tool")
 FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata")
 _FIELD_SET = frozenset(FIELDS)
+# Real messages nest a few levels (content parts, tool-call metadata); 32 is far beyond any
+# of them, and keeps every walk over a stored value (freeze, thaw, msgpack, json, deepcopy)
+# far below Python's recursion limit of 1,000 even when the walk starts deep in a stack.
 MAX_DEPTH = 32
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
+SHORT_REPR_MAX = 300
+"""The longest description of a value that ``short_repr`` gives."""
+
+
+class _ShortRepr(reprlib.Repr):
+    """reprlib's bounded repr, which also bounds what reprlib hands to plain ``repr``:
+    container subclasses (``Conv``, frozen messages), exceptions and huge ints."""
+
+    _BUILTINS = frozenset({str, int, list, tuple, dict, set, frozenset})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 4
+        self.maxstring = 160  # an exception's message is the long string errors often carry
+        self.maxother = 80
+        self.maxdict = self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = 6
+
+    def repr1(self, x: Any, level: int) -> str:
+        kind = type(x)
+        if kind in self._BUILTINS:
+            # reprlib dispatches on the type's name, right only for the builtins themselves.
+            return super().repr1(x, level)
+        if isinstance(x, tuple) and hasattr(kind, "_fields"):
+            fields = (
+                f"{f}={self.repr1(v, level - 1)}" for f, v in zip(kind._fields, x, strict=True)
+            )
+            return f"{kind.__name__}({', '.join(fields)})"
+        if isinstance(x, BaseException):
+            return f"{kind.__name__}({self._items(x.args, level, self.maxtuple)})"
+        own_repr: object = kind.__repr__
+        for base in (dict, list, tuple, set, frozenset):
+            if isinstance(x, base) and own_repr is base.__repr__:
+                return str(getattr(self, f"repr_{base.__name__}")(x, level))
+        return self.repr_instance(x, level)
+
+    def _items(self, items: Iterable[Any], level: int, most: int, size: int = -1) -> str:
+        pieces = [self.repr1(item, level - 1) for item in islice(items, most)]
+        if size > most:
+            pieces.append("...")
+        return ", ".join(pieces)
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() of an int over 4,300 digits raises ValueError (CPython's conversion limit).
+        if x.bit_length() > 256:
+            return f"<int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+    # reprlib sorts dicts and sets first, O(n log n) on garbage; repr shows insertion order.
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        pieces = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+            for k, v in islice(x.items(), self.maxdict)
+        ]
+        if len(x) > self.maxdict:
+            pieces.append("...")
+        return "{" + ", ".join(pieces) + "}"
+
+    def repr_set(self, x: set[Any], level: int) -> str:
+        if not x:
+            return "set()"
+        return "{" + ("..." if level <= 0 else self._items(x, level, self.maxset, len(x))) + "}"
+
+    def repr_frozenset(self, x: frozenset[Any], level: int) -> str:
+        if not x:
+            return "frozenset()"
+        inner = "..." if level <= 0 else self._items(x, level, self.maxfrozenset, len(x))
+        return "frozenset({" + inner + "})"
+
+
+_short = _ShortRepr()
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` bounded in depth and length, for errors and logs; it never raises.
+
+    Whatever a caller sends may be described in an error: a value nested 1,000 levels deep
+    makes plain ``repr`` raise RecursionError, and a huge one makes a message nobody reads.
+    """
+    try:
+        text = _short.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__} object>"
+    if len(text) > SHORT_REPR_MAX:
+        text = text[: SHORT_REPR_MAX - 3] + "..."
+    return text
 
 
 class InvalidMessage(ValueError):
@@ -63,19 +158,24 @@ def as_conv(conv: object) -> Conv:
         user_id, conversation_id = conv
         if not isinstance(conversation_id, str) or not conversation_id:
             raise ValueError(
-                f"Conv.conversation_id must be a non-empty str, got {conversation_id!r}"
+                f"Conv.conversation_id must be a non-empty str, got {short_repr(conversation_id)}"
             )
         if user_id is not None and (not isinstance(user_id, str) or not user_id):
-            raise ValueError(f"Conv.user_id must be None or a non-empty str, got {user_id!r}")
+            raise ValueError(
+                f"Conv.user_id must be None or a non-empty str, got {short_repr(user_id)}"
+            )
         return conv
-    raise TypeError(f"a conversation is a Conv or a str, got {type(conv).__name__}: {conv!r}")
+    raise TypeError(
+        "a conversation is a Conv(user_id, conversation_id) or a str, "
+        f"got {type(conv).__name__}: {short_repr(conv)}"
+    )
 
 
 def check_user_id(user_id: object) -> str | None:
     """Return ``user_id`` if it is None or a non-empty str, else raise ``ValueError``."""
     if user_id is None or (isinstance(user_id, str) and user_id):
         return user_id
-    raise ValueError(f"user_id must be None or a non-empty str, got {user_id!r}")
+    raise ValueError(f"user_id must be None or a non-empty str, got {short_repr(user_id)}")
 
 
 class FrozenDict(dict[str, Any]):
@@ -182,7 +282,7 @@ def _freeze_value(value: Any, index: int | None, path: Path, depth: int) -> Any:
         return value
     if kind is int:
         if not _INT_MIN <= value <= _INT_MAX:
-            _fail_at(f"integer {value} does not fit in 64 bits", index, path)
+            _fail_at(f"integer {short_repr(value)} does not fit in 64 bits", index, path)
         return value
     if kind is float:
         if not math.isfinite(value):
@@ -194,7 +294,11 @@ def _freeze_value(value: Any, index: int | None, path: Path, depth: int) -> Any:
         frozen: dict[str, Any] = {}
         for key, item in value.items():
             if type(key) is not str:
-                _fail_at(f"dict keys must be str, got {type(key).__name__} {key!r}", index, path)
+                _fail_at(
+                    f"dict keys must be str, got {type(key).__name__} {short_repr(key)}",
+                    index,
+                    path,
+                )
             if not key.isascii():
                 _check_text(key, index, (path, key))
             item_kind = type(item)
@@ -253,7 +357,11 @@ def _check_tool_calls(calls: Any, role: str, index: int | None) -> None:
             _fail(f"duplicate tool call id {call_id!r}", index, f"{where}.id")
         seen.add(call_id)
         if call.get("type") != "function":
-            _fail(f"'type' must be 'function', got {call.get('type')!r}", index, f"{where}.type")
+            _fail(
+                f"'type' must be 'function', got {short_repr(call.get('type'))}",
+                index,
+                f"{where}.type",
+            )
         function = call.get("function")
         if not isinstance(function, dict):
             _fail("must be a dict with name and arguments", index, f"{where}.function")
@@ -277,10 +385,11 @@ def freeze(message: Any, index: int | None = None) -> FrozenDict:
         _fail(f"a message is a dict, got {type(message).__name__}", index, None)
     for key in message:
         if key not in _FIELD_SET:
-            _fail(f"unknown field; a message has only {', '.join(FIELDS)}", index, str(key))
+            name = key if type(key) is str else short_repr(key)
+            _fail(f"unknown field; a message has only {', '.join(FIELDS)}", index, name)
     role = message.get("role")
     if role not in ROLES:
-        _fail(f"must be one of {', '.join(ROLES)}, got {role!r}", index, "role")
+        _fail(f"must be one of {', '.join(ROLES)}, got {short_repr(role)}", index, "role")
     _check_content(message, role, index)
     if "tool_calls" in message and message["tool_calls"] is not None:
         _check_tool_calls(message["tool_calls"], role, index)

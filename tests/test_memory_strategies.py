@@ -775,3 +775,21 @@ def test_extractive_summarizer_respects_max_chars_keeping_the_newest() -> None:
     for bad in ({"max_chars": 0}, {"sentence_chars": 0}):
         with pytest.raises(ValueError):
             ExtractiveSummarizer(**bad)
+
+
+@pytest.mark.parametrize("threshold", [1, 3])
+def test_a_stored_summary_that_claims_the_newest_question_does_not_hide_it(threshold: int) -> None:
+    # Summarization never rolls the newest question into a summary; a stored one that says
+    # it covers it (an edited or imported history) must not drop the question either.
+    stale = {
+        "role": "system",
+        "content": SUMMARY_PREFIX + "stale",
+        "metadata": {
+            "pinned": True,
+            "summary": {"covers": [0, 1], "summarizer": "old", "rolled_from": None},
+        },
+    }
+    question = user("u0 ")
+    pipeline = Pipeline([Summarization(threshold, 0), TokenTruncation(max_tokens=1)])
+    sent = pipeline.run([question, stale])
+    assert question in sent

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# The runtime describes requests and exit reasons with the one bounded repr; its modules
+# import it from here.
+from ..messages import short_repr as short_repr
+
 ExitReason = Any
 """A process's exit reason: a string, a ``("shutdown", detail)`` tuple or an exception."""
 
@@ -70,7 +74,9 @@ class ServerExited(ActorError):
     """The server exited while the call was pending; ``reason`` is its exit reason."""
 
     def __init__(self, target: object, reason: ExitReason) -> None:
-        super().__init__(f"{target!r} exited with reason {reason!r} before replying")
+        # Built on the dying server's thread: a reason that cannot be described in a few
+        # lines must not stop it from telling its callers and links that it is gone.
+        super().__init__(f"{target!r} exited with reason {short_repr(reason)} before replying")
         self.target = target
         self.reason = reason
 
@@ -88,7 +94,7 @@ class InitFailed(ActorError):
     """A server's ``init`` raised (or the start timed out); nothing was left running."""
 
     def __init__(self, server: str, reason: ExitReason) -> None:
-        super().__init__(f"{server} failed to start: {reason!r}")
+        super().__init__(f"{server} failed to start: {short_repr(reason)}")
         self.server = server
         self.reason = reason
 

@@ -13,6 +13,7 @@ from ._errors import (
     ExitReason,
     NoProcess,
     NotInProcess,
+    short_repr,
 )
 from ._node import current, next_monitor_ref
 from ._process import Process, check_not_killed
@@ -245,15 +246,17 @@ class GenServer:
 
     def handle_call(self, message: Any) -> Any:
         """Answer a call: return the reply, ``Stop(...)`` or ``NO_REPLY``."""
-        raise NotImplementedError(f"{type(self).__name__} does not handle calls: {message!r}")
+        raise NotImplementedError(
+            f"{type(self).__name__} does not handle calls: {short_repr(message)}"
+        )
 
     def handle_cast(self, message: Any) -> Any:
         """Handle a cast; return ``Stop(...)`` to stop."""
-        logger.warning("%r got an unexpected cast: %r", self._process, message)
+        logger.warning("%r got an unexpected cast: %s", self._process, short_repr(message))
 
     def handle_info(self, message: Any) -> Any:
         """Handle any other message (``Exit``, ``Down``, ``TableTransfer``, ...)."""
-        logger.warning("%r got an unexpected message: %r", self._process, message)
+        logger.warning("%r got an unexpected message: %s", self._process, short_repr(message))
 
     def terminate(self, reason: ExitReason) -> None:
         """Clean up before exit (not run after a kill or an untrapped exit signal)."""

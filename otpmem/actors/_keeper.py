@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import NotInProcess
+from ._errors import NotInProcess, short_repr
 from ._genserver import GenServer, Handle
 from ._node import current
 from ._signals import TableTransfer
@@ -32,9 +32,11 @@ class TableKeeper(GenServer):
 
     def handle_call(self, message: Any) -> Any:
         if not (isinstance(message, tuple) and len(message) == 2):
-            raise ValueError(f"TableKeeper does not understand {message!r}")
+            raise ValueError(f"TableKeeper does not understand {short_repr(message)}")
         kind, name = message
         if kind == "claim":
+            if not isinstance(name, str):
+                raise ValueError(f"TableKeeper: a table name is a str, got {short_repr(name)}")
             table = self.kept.pop(name, None)
             caller = self.caller().caller
             if table is None or caller is None:
@@ -46,7 +48,7 @@ class TableKeeper(GenServer):
             return table
         if kind == "held":
             return sorted(self.kept)
-        raise ValueError(f"TableKeeper does not understand {message!r}")
+        raise ValueError(f"TableKeeper does not understand {short_repr(message)}")
 
 
 def claim_table(keeper: Handle, name: str, timeout: float = 5.0) -> Table[Any, Any] | None:

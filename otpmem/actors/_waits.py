@@ -234,5 +234,3 @@ def run_blocking(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
     if answer.error is not None:
         raise answer.error
     return answer.value
-
-

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._errors import KILLED, CallTimeout, ExitReason, NoProcess
+from ._errors import KILLED, CallTimeout, ExitReason, NoProcess, short_repr
 from ._signals import CrashRequest, Pid
 from ._waits import sleep
 
@@ -179,7 +179,9 @@ class FaultPlan:
                 sleep(HOLD_POLL)
         rule = self._take(process, ("crash_on_message", "crash_when"), message)
         if rule is not None:
-            raise rule.exc or InjectedCrash(f"injected {rule.kind} in {process!r}: {message!r}")
+            raise rule.exc or InjectedCrash(
+                f"injected {rule.kind} in {process!r}: {short_repr(message)}"
+            )
 
     def _before_terminate(self, process: Process) -> None:
         slow = self._take(process, ("slow_terminate",))

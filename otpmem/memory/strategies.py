@@ -175,6 +175,11 @@ class Summarization:
         """Reuse the latest summary, or roll a new one when enough messages aged."""
         previous = _latest_summary(context.pinned)
         covered = _covered(previous, len(messages))
+        asked = newest_user_index(messages)
+        if asked is not None and covered > asked:
+            # A roll never covers the newest question (see below); a stored summary that
+            # claims to (an edited or imported history) must not hide it either.
+            covered = asked
         context.pinned = [m for m in context.pinned if not _is_summary(m) or m is previous]
         if previous is not None and covered:
             context.summary = previous

@@ -14,6 +14,7 @@ from ..messages import (
     as_conv,
     check_user_id,
     freeze_batch,
+    short_repr,
     text_of,
 )
 
@@ -87,7 +88,7 @@ def check_last(last: object) -> int | None:
     if last is None:
         return None
     if type(last) is not int or last < 0:
-        raise ValueError(f"last must be None or an int >= 0, got {last!r}")
+        raise ValueError(f"last must be None or an int >= 0, got {short_repr(last)}")
     return last
 
 
@@ -114,10 +115,12 @@ def parse_import(data: object) -> list[tuple[Conv, list[FrozenDict]]]:
     if not isinstance(data, Mapping):
         raise InvalidMessage(f"an import is a dict from export(), got {type(data).__name__}")
     if data.get("format") != EXPORT_FORMAT:
-        raise InvalidMessage(f"'format' must be {EXPORT_FORMAT!r}, got {data.get('format')!r}")
+        raise InvalidMessage(
+            f"'format' must be {EXPORT_FORMAT!r}, got {short_repr(data.get('format'))}"
+        )
     if data.get("version") != EXPORT_VERSION:
         raise InvalidMessage(
-            f"unsupported export version {data.get('version')!r} "
+            f"unsupported export version {short_repr(data.get('version'))} "
             f"(this otpmem reads {EXPORT_VERSION})"
         )
     entries = data.get("conversations")
@@ -157,9 +160,9 @@ def rank_matches(
 ) -> list[SearchHit]:
     """Case-insensitive substring search: most occurrences first, then newest first."""
     if not isinstance(query, str) or not query:
-        raise ValueError(f"a search query must be a non-empty str, got {query!r}")
+        raise ValueError(f"a search query must be a non-empty str, got {short_repr(query)}")
     if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        raise ValueError(f"limit must be an int >= 1, got {short_repr(limit)}")
     needle = query.casefold()
     hits = []
     for order, (conv, messages) in enumerate(conversations):
@@ -269,18 +272,22 @@ def parse_request(message: object, store: str) -> tuple[str, Any]:
     ``call`` with garbage gets an error back and never crashes the store or touches data.
     """
     if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
-        raise ValueError(f"{store} does not understand {message!r}")
+        raise ValueError(f"{store} does not understand {short_repr(message)}")
     kind, args = message[0], message[1:]
     arity = {"add": 2, "clear": 1, "forget_user": 1, "import": 1}.get(kind, 0)
     if len(args) != arity:
-        raise ValueError(f"{store}: {kind!r} takes {arity} argument(s), got {message!r}")
+        raise ValueError(
+            f"{store}: {short_repr(kind)} takes {arity} argument(s), got {short_repr(message)}"
+        )
     if kind == "add":
         return kind, (as_conv(args[0]), freeze_batch(args[1]))
     if kind == "clear":
         return kind, as_conv(args[0])
     if kind == "forget_user":
         if not isinstance(args[0], str) or not args[0]:
-            raise ValueError(f"{store}: forget_user needs a non-empty str user_id, got {args[0]!r}")
+            raise ValueError(
+                f"{store}: forget_user needs a non-empty str user_id, got {short_repr(args[0])}"
+            )
         return kind, args[0]
     if kind == "import":
         entries = args[0]

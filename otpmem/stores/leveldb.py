@@ -36,6 +36,7 @@ from ..messages import (
     InvalidMessage,
     as_conv,
     check_user_id,
+    short_repr,
 )
 from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
 from . import _leveldb_keys as keys
@@ -176,9 +177,11 @@ class LevelDBStore(GenServer):
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
         if not isinstance(sync, bool):
-            raise TypeError(f"sync must be a bool, got {sync!r}")
+            raise TypeError(f"sync must be a bool, got {short_repr(sync)}")
         if not isinstance(lock_timeout, int | float) or isinstance(lock_timeout, bool):
-            raise TypeError(f"lock_timeout must be a number of seconds, got {lock_timeout!r}")
+            raise TypeError(
+                f"lock_timeout must be a number of seconds, got {short_repr(lock_timeout)}"
+            )
         try:
             handle = cls._spawn(
                 (os.fspath(path), sync, lock_timeout, create),
@@ -245,7 +248,7 @@ class LevelDBStore(GenServer):
 
     def handle_info(self, message: Any) -> Any:
         if isinstance(message, tuple) and message and message[0] == "write_failed":
-            raise StoreError(f"LevelDB write failed: {message[1]!r}")
+            raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
@@ -268,7 +271,7 @@ class LevelDBStore(GenServer):
         if kind == "flush":
             blocking(self.committer.flush)
             return None
-        raise ValueError(f"LevelDBStore does not understand {message!r}")
+        raise ValueError(f"LevelDBStore does not understand {short_repr(message)}")
 
     def _meta(self, conv: Conv) -> list[int]:
         meta = self.meta.get(conv)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from ..actors import ActorError, ExitReason, Handle, Pid
+from ..messages import short_repr
 
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one", "simple_one_for_one"]
 RestartType = Literal["permanent", "transient", "temporary"]
@@ -70,23 +71,28 @@ class ChildSpec:
         try:
             hash(self.id)
         except TypeError:
-            raise InvalidChildSpec("id", f"{self.id!r} is not hashable") from None
+            raise InvalidChildSpec("id", f"{short_repr(self.id)} is not hashable") from None
         if not callable(self.start):
-            raise InvalidChildSpec("start", f"{self.start!r} is not callable (missing_start)")
+            raise InvalidChildSpec(
+                "start", f"{short_repr(self.start)} is not callable (missing_start)"
+            )
         if self.restart not in RESTART_TYPES:
-            raise InvalidChildSpec("restart", f"{self.restart!r} is not one of {RESTART_TYPES}")
+            raise InvalidChildSpec(
+                "restart", f"{short_repr(self.restart)} is not one of {RESTART_TYPES}"
+            )
         if self.type not in CHILD_TYPES:
-            raise InvalidChildSpec("type", f"{self.type!r} is not one of {CHILD_TYPES}")
+            raise InvalidChildSpec("type", f"{short_repr(self.type)} is not one of {CHILD_TYPES}")
         if self.shutdown is _UNSET:
             default = None if self.type == "supervisor" else WORKER_SHUTDOWN
             object.__setattr__(self, "shutdown", default)
         elif not _valid_shutdown(self.shutdown):
             raise InvalidChildSpec(
                 "shutdown",
-                f"{self.shutdown!r} must be seconds >= 0, 'brutal_kill' or None (infinity)",
+                f"{short_repr(self.shutdown)} must be seconds >= 0, 'brutal_kill' or None "
+                "(infinity)",
             )
         if not isinstance(self.significant, bool):
-            raise InvalidChildSpec("significant", f"{self.significant!r} is not a bool")
+            raise InvalidChildSpec("significant", f"{short_repr(self.significant)} is not a bool")
         if self.significant and self.restart == "permanent":
             raise InvalidChildSpec(
                 "significant", "a permanent child cannot be significant (bad_combination)"
@@ -111,22 +117,26 @@ class Flags:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise InvalidSupervisorFlags(
-                "strategy", f"{self.strategy!r} is not one of {STRATEGIES}"
+                "strategy", f"{short_repr(self.strategy)} is not one of {STRATEGIES}"
             )
         if not isinstance(self.intensity, int) or isinstance(self.intensity, bool):
-            raise InvalidSupervisorFlags("intensity", f"{self.intensity!r} must be an int >= 0")
+            raise InvalidSupervisorFlags(
+                "intensity", f"{short_repr(self.intensity)} must be an int >= 0"
+            )
         if self.intensity < 0:
-            raise InvalidSupervisorFlags("intensity", f"{self.intensity!r} must be >= 0")
+            raise InvalidSupervisorFlags("intensity", f"{short_repr(self.intensity)} must be >= 0")
         if (
             not isinstance(self.period, int | float)
             or isinstance(self.period, bool)
             or not self.period > 0
             or self.period == float("inf")
         ):
-            raise InvalidSupervisorFlags("period", f"{self.period!r} must be a finite number > 0")
+            raise InvalidSupervisorFlags(
+                "period", f"{short_repr(self.period)} must be a finite number > 0"
+            )
         if self.auto_shutdown not in AUTO_SHUTDOWNS:
             raise InvalidSupervisorFlags(
-                "auto_shutdown", f"{self.auto_shutdown!r} is not one of {AUTO_SHUTDOWNS}"
+                "auto_shutdown", f"{short_repr(self.auto_shutdown)} is not one of {AUTO_SHUTDOWNS}"
             )
         if self.strategy == "simple_one_for_one" and self.auto_shutdown != "never":
             raise InvalidSupervisorFlags(
@@ -137,13 +147,15 @@ class Flags:
 def check_specs(specs: Iterable[ChildSpec], flags: Flags) -> list[ChildSpec]:
     """Validate a whole child list against the flags; return it as a list."""
     if isinstance(specs, ChildSpec | str | bytes) or not isinstance(specs, Iterable):
-        raise InvalidChildSpec("children", f"expected a list of ChildSpec, got {specs!r}")
+        raise InvalidChildSpec("children", f"expected a list of ChildSpec, got {short_repr(specs)}")
     checked = list(specs)
     seen: set[Hashable] = set()
     for spec in checked:
         check_spec(spec, flags)
         if spec.id in seen:
-            raise InvalidChildSpec("id", f"duplicate child id {spec.id!r} (duplicate_child_name)")
+            raise InvalidChildSpec(
+                "id", f"duplicate child id {short_repr(spec.id)} (duplicate_child_name)"
+            )
         seen.add(spec.id)
     if flags.strategy == "simple_one_for_one" and len(checked) != 1:
         raise InvalidChildSpec(
@@ -155,11 +167,12 @@ def check_specs(specs: Iterable[ChildSpec], flags: Flags) -> list[ChildSpec]:
 def check_spec(spec: object, flags: Flags) -> ChildSpec:
     """Validate one spec against the flags."""
     if not isinstance(spec, ChildSpec):
-        raise InvalidChildSpec("spec", f"expected a ChildSpec, got {spec!r}")
+        raise InvalidChildSpec("spec", f"expected a ChildSpec, got {short_repr(spec)}")
     if spec.significant and flags.auto_shutdown == "never":
         raise InvalidChildSpec(
             "significant",
-            f"child {spec.id!r} is significant but auto_shutdown is 'never' (bad_combination)",
+            f"child {short_repr(spec.id)} is significant but auto_shutdown is 'never' "
+            "(bad_combination)",
         )
     return spec
 
@@ -203,7 +216,7 @@ class ChildNotFound(SupervisorError):
     """No child has that id (or pid)."""
 
     def __init__(self, child: object) -> None:
-        super().__init__(f"no child {child!r} under this supervisor (not_found)")
+        super().__init__(f"no child {short_repr(child)} under this supervisor (not_found)")
         self.child = child
 
 
@@ -211,7 +224,7 @@ class ChildRunning(SupervisorError):
     """The child is running; terminate it first."""
 
     def __init__(self, child_id: Hashable) -> None:
-        super().__init__(f"child {child_id!r} is running; terminate_child it first")
+        super().__init__(f"child {short_repr(child_id)} is running; terminate_child it first")
         self.child_id = child_id
 
 
@@ -219,7 +232,7 @@ class ChildRestarting(SupervisorError):
     """The child is between failed restart attempts."""
 
     def __init__(self, child_id: Hashable) -> None:
-        super().__init__(f"child {child_id!r} is being restarted (restarting)")
+        super().__init__(f"child {short_repr(child_id)} is being restarted (restarting)")
         self.child_id = child_id
 
 
@@ -228,7 +241,7 @@ class ChildAlreadyPresent(SupervisorError):
 
     def __init__(self, child_id: Hashable) -> None:
         super().__init__(
-            f"child {child_id!r} already has a spec (already_present); "
+            f"child {short_repr(child_id)} already has a spec (already_present); "
             "use restart_child or delete_child"
         )
         self.child_id = child_id
@@ -238,7 +251,9 @@ class ChildAlreadyStarted(SupervisorError):
     """A child with this id is already running."""
 
     def __init__(self, child_id: Hashable, pid: Pid | None) -> None:
-        super().__init__(f"child {child_id!r} is already running as {pid!r} (already_started)")
+        super().__init__(
+            f"child {short_repr(child_id)} is already running as {pid!r} (already_started)"
+        )
         self.child_id = child_id
         self.pid = pid
 
@@ -247,7 +262,7 @@ class StartChildFailed(SupervisorError):
     """The child's start function failed; ``reason`` is why."""
 
     def __init__(self, child_id: Hashable, reason: ExitReason) -> None:
-        super().__init__(f"child {child_id!r} failed to start: {reason!r}")
+        super().__init__(f"child {short_repr(child_id)} failed to start: {short_repr(reason)}")
         self.child_id = child_id
         self.reason = reason
 

@@ -6,6 +6,7 @@ happens, and the strategy decides which siblings go down and come back with the 
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import time
@@ -25,6 +26,7 @@ from ..actors import (
     on_exit,
 )
 from ..actors._node import current
+from ..messages import short_repr
 from ._children import Child, Children
 from ._handle import SupervisorHandle
 from ._spec import (
@@ -224,12 +226,27 @@ class Supervisor(GenServer):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
+        # Every request is checked whole before its handler runs: a malformed one is the
+        # caller's error, never a crash that would take the children down with it.
         if not (isinstance(message, tuple) and message and isinstance(message[0], str)):
-            raise SupervisorError(f"not a supervisor request: {message!r}")
-        handler = getattr(self, f"_api_{message[0]}", None)
-        if handler is None:
-            raise SupervisorError(f"unknown supervisor request {message[0]!r}")
-        return handler(*message[1:])
+            raise SupervisorError(
+                f"not a supervisor request: {short_repr(message)} (a request is a tuple "
+                "(operation, *arguments), e.g. ('which_children',))"
+            )
+        operation, args = message[0], message[1:]
+        requests = _requests(type(self))
+        params = requests.get(operation)
+        if params is None:
+            raise SupervisorError(
+                f"unknown supervisor request {short_repr(operation)}; "
+                f"a supervisor answers {', '.join(sorted(requests))}"
+            )
+        if len(args) != len(params):
+            raise SupervisorError(
+                f"supervisor request {operation!r} takes {_arguments(params)}, "
+                f"got {len(args)}: {short_repr(message)}"
+            )
+        return getattr(self, f"_api_{operation}")(*args)
 
     # -- exits and restarts -----------------------------------------------------------------
 
@@ -263,12 +280,12 @@ class Supervisor(GenServer):
     def _restart(self, child: Child) -> Any:
         if not self._add_restart():
             logger.error(
-                "supervisor %s reached max restart intensity (%d in %s s) restarting %r; "
+                "supervisor %s reached max restart intensity (%d in %s s) restarting %s; "
                 "shutting down",
                 self._label(),
                 self.flags.intensity,
                 self.flags.period,
-                child.spec.id,
+                short_repr(child.spec.id),
             )
             self._emit("max_intensity", child, None, None)
             if not self.dynamic:
@@ -337,7 +354,9 @@ class Supervisor(GenServer):
             assert self.template is not None
             if not isinstance(spec_or_args, tuple):
                 raise InvalidChildSpec(
-                    "args", f"simple_one_for_one takes a tuple of extra args, got {spec_or_args!r}"
+                    "args",
+                    "simple_one_for_one takes a tuple of extra args, "
+                    f"got {short_repr(spec_or_args)}",
                 )
             child = Child(next(self._keys), self.template, spec_or_args)
         else:
@@ -396,6 +415,10 @@ class Supervisor(GenServer):
         return self._static_child(target).spec
 
     def _api_subscribe(self, listener: Listener) -> None:
+        if not callable(listener):
+            raise SupervisorError(
+                f"subscribe takes a callable listener(event), got {short_repr(listener)}"
+            )
         self.listeners.append(listener)
 
     def _api_unsubscribe(self, listener: Listener) -> None:
@@ -435,20 +458,48 @@ class Supervisor(GenServer):
         child_id = None if child is None or self.dynamic else child.spec.id
         event = SupervisorEvent(kind, self._label(), child_id, pid, reason)
         level = logging.ERROR if kind == "exited" and not is_normal_exit(reason) else logging.INFO
-        logger.log(
-            level,
-            "supervisor %s: %s child=%r pid=%r reason=%r",
-            event.supervisor,
-            kind,
-            child_id,
-            pid,
-            reason,
-        )
+        if logger.isEnabledFor(level):
+            logger.log(
+                level,
+                "supervisor %s: %s child=%s pid=%r reason=%s",
+                event.supervisor,
+                kind,
+                short_repr(child_id),
+                pid,
+                short_repr(reason),
+            )
         for listener in list(self.listeners):
             try:
                 listener(event)
             except Exception:
-                logger.exception("supervisor %s: event listener %r failed", self._label(), listener)
+                logger.exception(
+                    "supervisor %s: event listener %s failed", self._label(), short_repr(listener)
+                )
+
+
+_request_tables: dict[type[Supervisor], dict[str, tuple[str, ...]]] = {}
+
+
+def _requests(server: type[Supervisor]) -> dict[str, tuple[str, ...]]:
+    """The admin requests a supervisor class answers, each with its arguments' names.
+
+    Read once from the ``_api_*`` methods themselves, so the check cannot drift from them.
+    """
+    table = _request_tables.get(server)
+    if table is None:
+        table = {}
+        for name in dir(server):
+            if name.startswith("_api_"):
+                _, *params = inspect.signature(getattr(server, name)).parameters  # minus self
+                table[name.removeprefix("_api_")] = tuple(params)
+        _request_tables[server] = table
+    return table
+
+
+def _arguments(params: tuple[str, ...]) -> str:
+    if not params:
+        return "no arguments"
+    return f"{len(params)} argument{'s' if len(params) > 1 else ''} ({', '.join(params)})"
 
 
 def _as_cause(reason: ExitReason) -> BaseException | None:
