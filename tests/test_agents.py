@@ -844,3 +844,14 @@ def test_fifty_agents_twenty_turns_each_on_the_default_store() -> None:
         finally:
             for agent in started:
                 agent.stop()
+
+
+def test_agent_start_takes_the_same_arguments_as_start_link_without_the_link(
+    store: MemoryStoreHandle,
+) -> None:
+    agent = Agent.start(llm=ScriptedModel(["unlinked"]), memory={"store": store})
+    try:
+        assert agent.run("hi").content == "unlinked"
+        assert agent.resolve().parent is None
+    finally:
+        agent.stop()

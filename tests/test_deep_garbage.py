@@ -466,3 +466,22 @@ def test_an_init_failing_with_a_deep_reason_raises_init_failed_at_once() -> None
         Bare.start(ValueError(DEEP_LIST), start_timeout=WAIT)
     assert isinstance(raised.value.reason, ValueError)
     assert len(str(raised.value)) < LONGEST_ERROR
+
+
+# -- Agent -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("garbage", [DEEP_LIST, ("run", DEEP_LIST), ("add_message", DEEP_DICT)])
+def test_an_agent_refuses_deep_garbage_and_keeps_serving(garbage: Any) -> None:
+    from otpmem.agents import Agent
+    from otpmem.llm import ScriptedModel
+    from otpmem.messages import InvalidMessage
+
+    store = MemoryStore.start()
+    agent = Agent.start(llm=ScriptedModel(["fine"]), memory={"store": store}, conversation_id="g")
+    try:
+        refused(agent, garbage, (ValueError, TypeError, InvalidMessage))
+        assert agent.run("hello").content == "fine"
+    finally:
+        agent.stop()
+        store.stop()

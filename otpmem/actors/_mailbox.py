@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ExitReason
+from ._errors import ExitReason, short_repr
 from ._scheduler import BATCH, IDLE, RUNNING, requeue
 from ._signals import (
     NO_REPLY,
@@ -125,5 +125,5 @@ def _crash(process: Process, reason: ExitReason) -> None:
     if isinstance(reason, BaseException):
         logger.error("%r crashed", process, exc_info=reason)
     else:
-        logger.error("%r crashed with reason %r", process, reason)
+        logger.error("%r crashed with reason %s", process, short_repr(reason))
     process._exit(reason, run_terminate=True)

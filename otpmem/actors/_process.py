@@ -20,7 +20,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _mailbox, _names
-from ._errors import KILLED, NORMAL, ExitReason, InitFailed, Killed, ServerExited, StartIgnored
+from ._errors import (
+    KILLED,
+    NORMAL,
+    ExitReason,
+    InitFailed,
+    Killed,
+    ServerExited,
+    StartIgnored,
+    short_repr,
+)
 from ._node import (
     READY_POLL,
     _link_lock,
@@ -371,7 +380,7 @@ class Process:
         except Killed:
             pass
         except BaseException:
-            logger.exception("%r raised in terminate(%r)", self, reason)
+            logger.exception("%r raised in terminate(%s)", self, short_repr(reason))
 
     # -- links and monitors -----------------------------------------------------------------
 

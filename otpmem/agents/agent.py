@@ -19,7 +19,7 @@ from ..actors import GenServer, Handle, current
 from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
 from ..llm import ChatModel, ChatResponse
 from ..memory import MemoryProvider
-from ..messages import Conv, InvalidMessage, as_conv, check_user_id, validate
+from ..messages import Conv, InvalidMessage, as_conv, check_user_id, short_repr, validate
 from ._config import (
     Callbacks,
     ConversationBusy,
@@ -110,24 +110,29 @@ class Agent(GenServer):
         name: str | None = None,
     ) -> AgentHandle:
         """Start an agent linked to the caller; every argument is checked here, not later."""
-        config = _Config(
-            kernel=Kernel(llm, filters, tools, max_tool_iterations),
-            provider=resolve_memory(memory),
-            conv=as_conv(
-                Conv(check_user_id(user_id), conversation_id or f"conv-{uuid.uuid4().hex[:16]}")
-            ),
-            system_prompt=_check_prompt(system_prompt),
-            callbacks=as_callbacks(callbacks),
-            on_busy=_check_busy(on_busy),
+        config = _configure(
+            llm,
+            memory,
+            conversation_id,
+            user_id,
+            system_prompt,
+            tools,
+            max_tool_iterations,
+            filters=filters,
+            callbacks=callbacks,
+            on_busy=on_busy,
             busy_timeout=busy_timeout,
             agent_name=agent_name,
         )
-        if config.provider is not None and config.kernel.memory is not None:
-            raise ValueError(
-                "a memory_filter in an agent's filters would store every message twice; "
-                "give the agent memory=... or the filter, not both"
-            )
         handle = cls._spawn((config,), {}, current(), name, None, 5.0)
+        assert isinstance(handle, AgentHandle)
+        return handle
+
+    @classmethod
+    def start(cls, *args: Any, name: str | None = None, **kwargs: Any) -> AgentHandle:
+        """Like ``start_link`` (the same arguments), without the link: nobody is told when
+        it exits."""
+        handle = cls._spawn((_configure(*args, **kwargs),), {}, None, name, None, 5.0)
         assert isinstance(handle, AgentHandle)
         return handle
 
@@ -137,7 +142,7 @@ class Agent(GenServer):
 
     def handle_call(self, message: Any) -> Any:
         if not isinstance(message, tuple) or not message:
-            raise ValueError(f"Agent does not understand {message!r}")
+            raise ValueError(f"Agent does not understand {short_repr(message)}")
         kind, *args = message
         provider, conv = self.config.provider, self.config.conv
         if kind == "run":
@@ -164,13 +169,13 @@ class Agent(GenServer):
                 "memory": repr(provider),
                 "max_tool_iterations": self.config.kernel.max_tool_iterations,
             }
-        raise ValueError(f"Agent does not understand {message!r}")
+        raise ValueError(f"Agent does not understand {short_repr(message)}")
 
     # -- a turn -----------------------------------------------------------------------------
 
     def _turn(self, text: Any) -> TurnResult:
         if not isinstance(text, str) or not text:
-            raise ValueError(f"run needs a non-empty str, got {text!r}")
+            raise ValueError(f"run needs a non-empty str, got {short_repr(text)}")
         config = self.config
         meta = {
             "agent_name": config.agent_name,
@@ -252,6 +257,42 @@ class Agent(GenServer):
             self.config.provider.append(self.config.conv, messages)
         history.extend(messages)
         added.extend(messages)
+
+
+def _configure(
+    llm: ChatModel,
+    memory: Any = "default",
+    conversation_id: str | None = None,
+    user_id: str | None = None,
+    system_prompt: str | None = None,
+    tools: Iterable[Callable[..., Any] | Tool] = (),
+    max_tool_iterations: int = 10,
+    *,
+    filters: Iterable[Filter] = (),
+    callbacks: Callbacks | Mapping[str, Any] | None = None,
+    on_busy: str = "wait",
+    busy_timeout: float = 60.0,
+    agent_name: str = "agent",
+) -> _Config:
+    """Every start argument checked and built, before any process exists."""
+    config = _Config(
+        kernel=Kernel(llm, filters, tools, max_tool_iterations),
+        provider=resolve_memory(memory),
+        conv=as_conv(
+            Conv(check_user_id(user_id), conversation_id or f"conv-{uuid.uuid4().hex[:16]}")
+        ),
+        system_prompt=_check_prompt(system_prompt),
+        callbacks=as_callbacks(callbacks),
+        on_busy=_check_busy(on_busy),
+        busy_timeout=busy_timeout,
+        agent_name=agent_name,
+    )
+    if config.provider is not None and config.kernel.memory is not None:
+        raise ValueError(
+            "a memory_filter in an agent's filters would store every message twice; "
+            "give the agent memory=... or the filter, not both"
+        )
+    return config
 
 
 @dataclass

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
+from ..messages import short_repr
+
 _JSON_TYPES: dict[Any, str] = {
     str: "string",
     int: "integer",
@@ -57,7 +59,7 @@ class Tool:
         try:
             parsed = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
             if not isinstance(parsed, dict):
-                raise TypeError(f"arguments must be a JSON object, got {parsed!r}")
+                raise TypeError(f"arguments must be a JSON object, got {short_repr(parsed)}")
             value = self.fn(**parsed)
         except Exception as exc:
             return tool_error(exc)

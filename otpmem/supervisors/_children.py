@@ -24,6 +24,7 @@ from ..actors import (
 )
 from ..actors._process import Process
 from ..actors._tables import become_default_heir
+from ..messages import short_repr
 from ._spec import ChildInfo, ChildSpec
 
 logger = logging.getLogger("otpmem.supervisor")
@@ -126,12 +127,17 @@ class Children:
             child.status = "undefined"
             return "ignore", None
         if not isinstance(handle, Handle):
-            reason = TypeError(f"start of {child.spec.id!r} returned {handle!r}, not a Handle")
+            reason = TypeError(
+                f"start of {short_repr(child.spec.id)} returned {short_repr(handle)}, not a Handle"
+            )
             self.emit("start_failed", child, None, reason)
             return "error", reason
         process = handle._process_or_none()
         if process is None:
-            reason = f"start of {child.spec.id!r} returned {handle!r}, which names no process"
+            reason = (
+                f"start of {short_repr(child.spec.id)} returned {short_repr(handle)}, "
+                "which names no process"
+            )
             self.emit("start_failed", child, None, reason)
             return "error", reason
         # A start function that did not link (e.g. used start()) is linked here. A child that
