@@ -855,3 +855,25 @@ def test_agent_start_takes_the_same_arguments_as_start_link_without_the_link(
         assert agent.resolve().parent is None
     finally:
         agent.stop()
+
+
+def test_conversation_claims_are_dropped_once_released(store: MemoryStoreHandle) -> None:
+    """One claim per conversation while a turn runs, none after: nothing grows with the
+    number of conversations ever written (the old per-conversation locks were kept)."""
+    from otpmem.agents._config import writers
+
+    before = writers.held()
+    agents = [
+        Agent.start_link(
+            llm=ScriptedModel(["ok"]), memory={"store": store}, conversation_id=f"w{i}"
+        )
+        for i in range(50)
+    ]
+    try:
+        for agent in agents:
+            agent.run("hi")
+        assert writers.held() == before
+        assert not writers._waiters
+    finally:
+        for agent in agents:
+            agent.stop()

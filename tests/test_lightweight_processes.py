@@ -183,3 +183,33 @@ def test_runtime_event_wakes_processes_and_threads() -> None:
         assert Event().wait(0.01) is False
     finally:
         stop_all()
+
+
+class Starter(GenServer):
+    """An init that waits (a call, a sleep) and spawns a child: all on its starter's thread."""
+
+    def init(self, peer: Handle) -> None:
+        self.init_thread = threading.current_thread().name
+        self.peer_answer = peer.call("thread", timeout=WAIT)
+        sleep(0.001)
+        self.child = Chain.start_link(None)
+
+    def handle_call(self, message: Any) -> Any:
+        return (self.init_thread, threading.current_thread().name, self.peer_answer)
+
+
+def test_a_start_from_a_plain_thread_runs_init_there_then_moves_to_the_schedulers() -> None:
+    """No thread hand-off for init (the spawn's main cost); afterwards the process is an
+    ordinary one on the shared schedulers, and so is the child its init started."""
+    peer = Chain.start(None)
+    try:
+        starter = Starter.start(peer)
+        init_thread, later_thread, peer_thread = starter.call("where")
+        assert init_thread == threading.current_thread().name
+        assert later_thread.startswith("otpmem-scheduler-")
+        assert peer_thread.startswith("otpmem-scheduler-")
+        child = starter.resolve().server.child
+        assert child.call("thread").startswith("otpmem-scheduler-")
+        assert starter.resolve().home is not None and not starter.resolve().home.guest
+    finally:
+        stop_all()

@@ -43,9 +43,11 @@ from ._scheduler import (
     QUEUED,
     Scheduler,
     dedicated_scheduler,
+    in_runner,
     monotonic,
     poke,
     retire,
+    run_here,
     running_process,
     wake,
 )
@@ -175,15 +177,23 @@ class Process:
         live_table.add(self)
         install_exit_hook()
         self.run_state = QUEUED
-        wake(self)
-        if not self._started.wait(timeout):
-            # As proc_lib does: unlink first, so the starter is told by this error only.
-            if self.parent is not None:
-                self.parent.unlink(self)
+        if self.home is None and not in_runner():
+            in_time = run_here(self, timeout, self._give_up_start)
+        else:
+            wake(self)
+            in_time = self._started.wait(timeout)
+        if not in_time:
+            self._give_up_start()
             self.kill(KILLED, grace=1.0)
             raise InitFailed(repr(self), f"init did not finish within {timeout} s")
         if self._started.error is not None:
             raise self._started.error
+
+    def _give_up_start(self) -> None:
+        # As proc_lib does: unlink first, so the starter is told by the error only.
+        if self.parent is not None:
+            self.parent.unlink(self)
+        self.signal_kill(KILLED)
 
     def _run_init(self) -> None:
         server = type(self.server).__name__

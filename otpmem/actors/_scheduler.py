@@ -86,9 +86,11 @@ def _run(first: Runnable) -> None:
 class Scheduler:
     """One thread that runs queued processes and resumes suspended runners, in turn."""
 
-    def __init__(self, index: int, dedicated_to: str | None = None) -> None:
+    def __init__(self, index: int, dedicated_to: str | None = None, guest: bool = False) -> None:
         self.index = index
-        self.dedicated = dedicated_to is not None
+        self.dedicated = dedicated_to is not None or guest
+        self.guest = guest
+        self.parked = 0  # runners suspended on this scheduler's thread
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.timers: list[tuple[float, int, OneShot]] = []  # touched by this thread only
         self.free_runners: list[Runner] = []
@@ -97,6 +99,11 @@ class Scheduler:
         self.stuck = False
         self.reported = False
         self.hub: Any = None
+        if guest:
+            # No thread of its own: the thread that made it serves it (see run_here).
+            self.hub = getcurrent()
+            self.thread = threading.current_thread()
+            return
         started = threading.Event()
         name = f"otpmem-scheduler-{index}" if dedicated_to is None else dedicated_to
         self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
@@ -124,6 +131,7 @@ class Scheduler:
             else:
                 item = get()
             if type(item) is Runner:
+                self.parked -= 1
                 self._switch(item, None)
             elif item is _STOP:
                 return
@@ -145,8 +153,37 @@ class Scheduler:
         self.running = None
         self.stuck = False
         self.reported = False
-        if outcome is _FREE and len(self.free_runners) < _IDLE_RUNNERS:
-            self.free_runners.append(runner)
+        if outcome is _FREE:
+            if len(self.free_runners) < _IDLE_RUNNERS:
+                self.free_runners.append(runner)
+        elif outcome is SUSPENDED:
+            self.parked += 1
+
+    def serve(self, deadline: float | None) -> bool:
+        """A guest's loop: run what is queued here until nothing is left, parked or queued.
+
+        False if ``deadline`` passed first.
+        """
+        get = self.queue.get
+        timers = self.timers
+        while self.parked or not self.queue.empty():
+            now = monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            due = [t for t in (timers[0][0] if timers else None, deadline) if t is not None]
+            try:
+                item = get(timeout=max(0.0, min(due) - now)) if due else get()
+            except queue.Empty:
+                self._fire_timers()
+                continue
+            self._fire_timers()
+            if type(item) is Runner:
+                self.parked -= 1
+                self._switch(item, None)
+            else:
+                runner = self.free_runners.pop() if self.free_runners else self._new_runner()
+                self._switch(runner, item)
+        return True
 
     def _fire_timers(self) -> None:
         timers = self.timers
@@ -216,7 +253,8 @@ def dedicated_scheduler(label: str) -> Scheduler:
 
 def retire(scheduler: Scheduler) -> None:
     """End a dedicated scheduler's thread once its current activation is over."""
-    scheduler.queue.put(_STOP)
+    if not scheduler.guest:  # a guest's thread is its caller's, and not ours to end
+        scheduler.queue.put(_STOP)
 
 
 def poke(process: Runnable) -> None:
@@ -226,7 +264,44 @@ def poke(process: Runnable) -> None:
             if process.run_state != IDLE:
                 return
             process.run_state = QUEUED
-        wake(process)
+            # Under the lock, so that run_here's hand-over of a process to the shared
+            # schedulers cannot miss a wake aimed at its guest scheduler.
+            wake(process)
+
+
+_guests = threading.local()
+
+
+def run_here(process: Runnable, timeout: float | None, on_timeout: Callable[[], None]) -> bool:
+    """Run a new process's first batch (its ``init``) on the calling plain thread.
+
+    Spawning from a plain thread otherwise costs two thread hand-offs (init on a scheduler,
+    the answer back), most of a spawn's time. The thread serves a guest scheduler of its own
+    until the batch is over, waits included; the process, idle and stackless by then, moves
+    to the shared schedulers. False if ``timeout`` passed first (``on_timeout`` is then
+    called, and the process given a second to unwind).
+    """
+    guest: Scheduler | None = getattr(_guests, "scheduler", None)
+    if guest is None:
+        guest = _guests.scheduler = Scheduler(-1, guest=True)  # kept: its runners are reused
+    process.home = guest
+    guest.queue.put(process)
+    done = guest.serve(None if timeout is None else monotonic() + timeout)
+    if not done:
+        on_timeout()
+        guest.serve(monotonic() + 1.0)
+    with process.run_lock:
+        process.home = None
+    if guest.parked:
+        _guests.scheduler = None  # runners still parked on it: never serve it again
+    while True:
+        try:
+            item = guest.queue.get_nowait()
+        except queue.Empty:
+            break
+        if type(item) is not Runner:
+            wake(item)
+    return done
 
 
 def requeue(process: Runnable) -> None:
