@@ -32,6 +32,7 @@ from otpmem.agents import (
 )
 from otpmem.kernel import memory_filter
 from otpmem.llm import ChatResponse, ModelError, ScriptedModel, tool_call
+from otpmem.memory import DefaultProvider
 from otpmem.messages import Conv, ConvLike, InvalidMessage, as_conv
 from otpmem.stores import DEFAULT_STORE_NAME, MemoryStore, MemoryStoreHandle
 from tests.support import WAIT
@@ -877,3 +878,56 @@ def test_conversation_claims_are_dropped_once_released(store: MemoryStoreHandle)
     finally:
         for agent in agents:
             agent.stop()
+
+
+class StorelessProvider:
+    """A user's own MemoryProvider over a shared store, exposing no ``.store``."""
+
+    def __init__(self, store: MemoryStoreHandle) -> None:
+        self._inner = DefaultProvider(store)
+
+    def history(self, conv: ConvLike) -> list[dict[str, Any]]:
+        return self._inner.history(conv)
+
+    def append(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
+        self._inner.append(conv, messages)
+
+    def prepare(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+        return self._inner.prepare(conv, messages)
+
+    def clear(self, conv: ConvLike) -> None:
+        self._inner.clear(conv)
+
+
+def test_one_writer_per_conversation_holds_for_providers_without_a_store(
+    store: MemoryStoreHandle, agents: list[AgentHandle]
+) -> None:
+    """Two agents on one conversation, each with its own provider object: the claim is the
+    conversation's, not the provider's, so the second turn is refused while the first runs."""
+    in_model, release = threading.Event(), threading.Event()
+
+    def held(messages: list[dict[str, Any]], tools: Any) -> str:
+        in_model.set()
+        assert release.wait(WAIT)
+        return "first"
+
+    first = Agent.start_link(
+        llm=ScriptedModel(held), memory=StorelessProvider(store), conversation_id="shared"
+    )
+    second = Agent.start_link(
+        llm=ScriptedModel(["second"]),
+        memory=StorelessProvider(store),
+        conversation_id="shared",
+        on_busy="refuse",
+    )
+    agents.extend([first, second])
+    runner = threading.Thread(target=lambda: first.run("one"))
+    runner.start()
+    try:
+        assert in_model.wait(WAIT)
+        with pytest.raises(ConversationBusy):
+            second.run("two")
+    finally:
+        release.set()
+        runner.join(WAIT)
+    assert [m["content"] for m in store.get("shared")] == ["one", "first"]

@@ -160,10 +160,11 @@ class _Writers:
 writers = _Writers()
 
 
-def writer_key(provider: MemoryProvider, conv: Conv) -> Hashable:
-    """What identifies a conversation across agents: its store (by name if it has one)."""
-    store = getattr(provider, "store", None)
-    if store is None:
-        return (id(provider), conv)
-    name = getattr(store, "name", None)
-    return (name or id(getattr(store, "_process", store)), conv)
+def writer_key(conv: Conv) -> Hashable:
+    """What two turns must not write at once: the conversation itself.
+
+    Not the provider or its store: two agents may reach one conversation through provider
+    objects of their own (a user's provider need not expose a store at all). Two stores
+    holding a conversation of the same key serialise their turns needlessly, never wrongly.
+    """
+    return conv

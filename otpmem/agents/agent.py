@@ -205,7 +205,7 @@ class Agent(GenServer):
         provider = self.config.provider
         if provider is None:
             return None
-        key = writer_key(provider, self.config.conv)
+        key = writer_key(self.config.conv)
         timeout = self.config.busy_timeout if self.config.on_busy == "wait" else 0.0
         if not writers.acquire(key, timeout):
             raise ConversationBusy(
