@@ -770,3 +770,14 @@ def test_retry_after_seconds_parses_http_dates() -> None:
     assert retry_after_seconds(email.utils.format_datetime(past, usegmt=True)) == 0.0
     # the RFC 7231 example form
     assert retry_after_seconds("Fri, 31 Dec 1999 23:59:59 GMT") == 0.0
+
+
+def test_scripted_model_takes_a_function_of_the_messages_alone() -> None:
+    """DESIGN.md documents fn(messages); fn(messages, tools) works too."""
+    one = ScriptedModel(lambda messages: f"saw:{len(messages)}")
+    two = ScriptedModel(lambda messages, tools: f"tools:{tools}")
+    defaulted = ScriptedModel(lambda messages, tools=None: f"tools:{tools}")
+    hello = [{"role": "user", "content": "hi"}]
+    assert one.chat(hello).content == "saw:1"
+    assert two.chat(hello).content == "tools:None"
+    assert defaulted.chat(hello, [{"type": "function"}]).content.startswith("tools:[")

@@ -191,3 +191,37 @@ def test_tiktoken_counter_without_fallback_raises() -> None:
         tiktoken_counter("no-such-encoding", fallback=False)
     with pytest.raises(TokenizerUnavailable):
         TiktokenCounter("no-such-encoding")
+
+
+# --- a message's own token count ---------------------------------------------------------
+
+
+def stated(content: str, token_count: Any) -> dict[str, Any]:
+    return {"role": "user", "content": content, "metadata": {"token_count": token_count}}
+
+
+def test_a_stated_token_count_is_honoured_by_both_counters(
+    tiktoken_cl100k: TiktokenCounter,
+) -> None:
+    long = stated(ENGLISH * 20, 7)
+    assert HeuristicCounter().count(long) == 7
+    assert tiktoken_cl100k.count(long) == 7
+    assert HeuristicCounter().count(stated("", 0)) == 0
+
+
+@pytest.mark.parametrize("bad", [-1, True, "12", 3.5, None])
+def test_a_token_count_that_is_no_count_is_ignored(bad: Any) -> None:
+    counter = HeuristicCounter()
+    plain = {"role": "user", "content": ENGLISH}
+    assert counter.count(stated(ENGLISH, bad)) == counter.count(plain)
+
+
+def test_token_truncation_keeps_what_the_stated_counts_allow() -> None:
+    from otpmem.memory import Pipeline, TokenTruncation
+
+    messages = [stated(f"old {i} " + ENGLISH * 10, 10) for i in range(10)]
+    messages.append(stated("newest question", 10))
+    kept = Pipeline([TokenTruncation(35, counter=HeuristicCounter())]).run(messages)
+    # Estimated, each old message is hundreds of tokens: only the newest would fit.
+    assert [m["content"] for m in kept][-1] == "newest question"
+    assert len(kept) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -53,7 +54,7 @@ class ScriptedModel:
         self,
         replies: Iterable[Reply] | Callable[[list[dict[str, Any]], Any], Reply],
     ) -> None:
-        self._fn = replies if callable(replies) else None
+        self._fn = _two_arguments(replies) if callable(replies) else None
         # A list of replies never blocks; a function may (tests hold turns with events).
         self.blocks = self._fn is not None
         self._replies = None if callable(replies) else list(replies)
@@ -81,3 +82,17 @@ class ScriptedModel:
                     )
                 reply = self._replies.pop(0)
         return as_response(reply)
+
+
+def _two_arguments(fn: Callable[..., Reply]) -> Callable[[list[dict[str, Any]], Any], Reply]:
+    """``fn`` as ``fn(messages, tools)``: DESIGN.md documents ``fn(messages)``, tests and
+    examples also pass ``fn(messages, tools)``; both are taken."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: assume the full form
+        return fn
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_more = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    if len(positional) == 1 and not takes_more:
+        return lambda messages, tools: fn(messages)
+    return fn

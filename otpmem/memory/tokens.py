@@ -32,6 +32,21 @@ def count_all(counter: TokenCounter, messages: Iterable[Mapping[str, Any]]) -> i
     return sum(counter.count(m) for m in messages)
 
 
+def stated_tokens(message: Mapping[str, Any]) -> int | None:
+    """The message's own ``metadata.token_count`` when it states one (a non-negative int).
+
+    A count the provider reported, or one a store recorded, beats any estimate; counters
+    honour it, as PhoenixAI.Store reads ``token_count`` before counting the content.
+    """
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    stated = metadata.get("token_count")
+    if type(stated) is int and stated >= 0:
+        return stated
+    return None
+
+
 def _pieces(message: Mapping[str, Any]) -> tuple[list[str], int]:
     """The texts of a message that a tokenizer sees, and how many images it carries."""
     texts: list[str] = []
@@ -79,6 +94,10 @@ class HeuristicCounter:
     def count(self, message: Mapping[str, Any]) -> int:
         """Tokens of one message, overhead included."""
         content = message.get("content")
+        if "metadata" in message:
+            stated = stated_tokens(message)
+            if stated is not None:
+                return stated
         if type(content) is str and not message.get("tool_calls") and "name" not in message:
             # The common case, without building lists.
             return self.per_message + math.ceil(len(content) / self.chars_per_token)
@@ -112,6 +131,9 @@ class TiktokenCounter:
 
     def count(self, message: Mapping[str, Any]) -> int:
         """Tokens of one message, overhead included."""
+        stated = stated_tokens(message)
+        if stated is not None:
+            return stated
         texts, images = _pieces(message)
         encode = self.encoding.encode
         return (
