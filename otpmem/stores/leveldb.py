@@ -306,6 +306,9 @@ class LevelDBStore(GenServer):
             ops.append((keys.conv_prefix(keys.META, conv), None))
             self.meta.pop(conv, None)
         self.committer.submit(ops, self.caller())
+        # And on disk before the next request: an add handled meanwhile would read the
+        # conversation's old meta key back from disk (its count, persisted wrong).
+        blocking(self.committer.flush)
         return NO_REPLY
 
 
