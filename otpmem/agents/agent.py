@@ -9,7 +9,6 @@ that fails leaves a valid history behind it.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 from ..actors import GenServer, Handle, current
 from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
 from ..llm import ChatModel, ChatResponse
-from ..memory import MemoryProvider
+from ..memory import CANCELLED, MemoryProvider
 from ..messages import Conv, InvalidMessage, as_conv, check_user_id, short_repr, validate
 from ._config import (
     Callbacks,
@@ -30,9 +29,6 @@ from ._config import (
 )
 
 RUN_TIMEOUT = 300.0
-CANCELLED = json.dumps(
-    {"error": {"type": "cancelled", "message": "the turn that made this call ended before it ran"}}
-)
 
 
 class TurnFailed(RuntimeError):

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..actors import blocking
 from ..llm import ChatModel, ChatResponse
+from ..memory import valid_context
 from .filters import (
     ChatRequest,
     Context,
@@ -94,11 +95,13 @@ class Kernel:
 
         def terminal(request: ChatRequest) -> tuple[ChatResponse, Context]:
             options = dict(request.options)
+            # The last step before the model, whatever filters and memory built the list.
+            sent = valid_context(request.messages)
             if getattr(self.llm, "blocks", True):
                 # An HTTP call holds its thread for seconds: off the schedulers with it.
-                response = blocking(self.llm.chat, request.messages, self.specs, **options)
+                response = blocking(self.llm.chat, sent, self.specs, **options)
             else:
-                response = self.llm.chat(request.messages, self.specs, **options)
+                response = self.llm.chat(sent, self.specs, **options)
             return response, request.context
 
         request = ChatRequest(list(messages), context or Context(), options)

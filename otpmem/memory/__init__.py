@@ -20,9 +20,10 @@ from .tokens import (
     count_all,
     tiktoken_counter,
 )
-from .window import drop_orphans, is_pinned, safe_window, units
+from .window import CANCELLED, drop_orphans, is_pinned, safe_window, units, valid_context
 
 __all__ = [
+    "CANCELLED",
     "DEFAULT_COUNTER",
     "PRESETS",
     "SUMMARY_PREFIX",
@@ -49,4 +50,5 @@ __all__ = [
     "safe_window",
     "tiktoken_counter",
     "units",
+    "valid_context",
 ]

@@ -7,10 +7,16 @@ true by construction: windows drop orphaned results, truncation moves whole tool
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 Message = Mapping[str, Any]
+
+CANCELLED = json.dumps(
+    {"error": {"type": "cancelled", "message": "the turn that made this call ended before it ran"}}
+)
+"""The content of the result that stands in for a tool call that never got one."""
 
 
 def call_ids(message: Message) -> set[str]:
@@ -80,3 +86,42 @@ def newest_user_index(messages: Sequence[Message]) -> int | None:
         if messages[i].get("role") == "user":
             return i
     return None
+
+
+def valid_context(messages: Sequence[Message]) -> list[Any]:
+    """``messages`` made valid to send: every tool call followed by exactly its results.
+
+    The one place the invariant is enforced, just before a model call, whatever memory
+    form built the list. A call left without a result (a turn that crashed, then other
+    messages) gets a ``cancelled`` result right after it; a result not right behind its
+    call (its call cleared, or cut by a window) is dropped, as is a second result for one
+    call. Everything that is not tool traffic is kept, in order. Linear in the messages.
+    """
+    repaired: list[Any] = []
+    i, n = 0, len(messages)
+    while i < n:
+        message = messages[i]
+        i += 1
+        role = message.get("role")
+        if role == "tool":
+            continue  # no call right before it
+        repaired.append(message)
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if not calls:
+            continue
+        results: dict[Any, Message] = {}
+        while i < n and messages[i].get("role") == "tool":
+            results.setdefault(messages[i].get("tool_call_id"), messages[i])
+            i += 1
+        for call in calls:
+            found = results.get(call.get("id"))
+            if found is None:
+                function = call.get("function") or {}
+                found = {
+                    "role": "tool",
+                    "tool_call_id": call.get("id"),
+                    "name": str(function.get("name", "")),
+                    "content": CANCELLED,
+                }
+            repaired.append(found)
+    return repaired
