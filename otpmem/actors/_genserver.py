@@ -11,6 +11,7 @@ from ._errors import (
     CallingSelf,
     CallTimeout,
     ExitReason,
+    Killed,
     NoProcess,
     NotInProcess,
     short_repr,
@@ -129,7 +130,7 @@ class Handle:
         """
         me = current()
         if me is not None and me.killed:
-            check_not_killed()
+            raise Killed(me)
         process = self.resolve()
         if process is me:
             raise CallingSelf(self._target())
