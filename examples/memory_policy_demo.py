@@ -75,8 +75,9 @@ def summary_scene(store: Any) -> None:
     provider = PipelineProvider(store, Pipeline([Summarization(12, 4), SlidingWindow(12)]))
     print("2. Summarization(threshold=12, keep_recent=4) over 30 turns")
     for i in range(30):
+        # prepare is pure: a summary it rolls is stored with the conversation's next append
         provider.append(conv, turn(i))
-        report = provider.explain(conv, provider.history(conv))
+        report = provider.explain(conv, provider.history(conv), keep_summary=True)
         if report.summarized:
             start, end = report.summarized
             print(

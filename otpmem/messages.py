@@ -441,3 +441,30 @@ def text_of(message: Mapping[str, Any]) -> str:
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
     return ""
+
+
+def is_pinned(message: Mapping[str, Any]) -> bool:
+    """System messages, and messages with ``metadata.pinned``, are never dropped.
+
+    Tool traffic (tool results, assistant tool calls) cannot be pinned: pinning moves a
+    message to the front, which would separate a result from its call.
+    """
+    role = message.get("role")
+    if role == "system":
+        return True
+    metadata = message.get("metadata")
+    if metadata is None or role == "tool" or message.get("tool_calls"):
+        return False
+    return isinstance(metadata, Mapping) and metadata.get("pinned") is True
+
+
+def is_summary(message: Mapping[str, Any]) -> bool:
+    """A rolling summary: a system message with ``metadata.summary`` (the newest supersedes
+    the ones before it)."""
+    # Only a system message is a summary: a user's pinned note with such metadata stays.
+    metadata = message.get("metadata")
+    return (
+        message.get("role") == "system"
+        and isinstance(metadata, Mapping)
+        and isinstance(metadata.get("summary"), Mapping)
+    )

@@ -445,7 +445,7 @@ def test_reference_helpers_agree_with_the_library_on_random_histories() -> None:
     check()
 
 
-def test_safe_window_is_systems_then_the_orphan_free_newest_n() -> None:
+def test_safe_window_is_pinned_then_the_orphan_free_newest_n() -> None:
     store = MemoryStore.start_link()
     try:
 
@@ -456,10 +456,17 @@ def test_safe_window_is_systems_then_the_orphan_free_newest_n() -> None:
             out = safe_window(messages, n)
             assert messages == before  # property 6
             assert_pair_safe(out)  # property 1
-            systems = [m for m in messages if m["role"] == "system"]
-            others = [m for m in messages if m["role"] != "system"]
+            pinned = [m for m in messages if _pinned(m)]
+            summaries = [
+                m
+                for m in pinned
+                if m["role"] == "system" and isinstance(m.get("metadata", {}).get("summary"), dict)
+            ]
+            # the newest summary supersedes the others
+            pinned = [m for m in pinned if not any(m is s for s in summaries[:-1])]
+            others = [m for m in messages if not _pinned(m)]
             newest = others[len(others) - n :] if len(others) > n else others
-            assert _ids(out) == _ids(systems + _drop_orphans(newest))  # beamai's rule
+            assert _ids(out) == _ids(pinned + _drop_orphans(newest))  # beamai's rule, pinned too
             if n == 0:
                 return
             provider = DefaultProvider(store, window=n)
@@ -714,22 +721,25 @@ def _check_turn(
     cover: int,
 ) -> None:
     rest = [m for m in history if not _pinned(m)]
+    # history may be the tail only: ``offset`` unpinned messages before it were not read
+    offset = getattr(history, "offset", 0)
     previous = _latest_summary(history)
     covered = previous["metadata"]["summary"]["covers"][1] if previous is not None else 0
     assert covered == cover
-    uncovered = len(rest) - covered
+    assert offset <= covered, "the tail read misses messages no summary covers"
+    uncovered = offset + len(rest) - covered
     stored = provider.store.count(conv)
     calls = summarizer.calls
     before = copy.deepcopy(history)
 
-    report = provider.explain(conv, history)
+    report = provider.explain(conv, history, keep_summary=True)
 
     assert history == before, "prepare mutated the history"
     called = summarizer.calls - calls
     assert called in (0, 1)
     if called:
         assert uncovered >= threshold, f"summarized with {uncovered} < {threshold} uncovered"
-    fresh = rest[covered:]
+    fresh = rest[covered - offset :]
     question = _newest_user(rest)
     if (
         uncovered >= threshold
@@ -743,6 +753,8 @@ def _check_turn(
         assert _contains(report.messages, newest), "the newest user message was dropped"
     if report.summarized is not None:
         assert mode == "extractive" and called and not report.fallback
+        assert provider.store.count(conv) == stored, "prepare stored something"
+        provider.append(conv, [])  # the rolled summary is stored with the next append
         assert provider.store.count(conv) == stored + 1
         assert provider.store.get(conv, last=1) == [report.summary]
         start, end = report.summarized

@@ -445,9 +445,10 @@ def test_built_in_strategies_and_summarizers_satisfy_the_protocols() -> None:
 
 
 def chat(provider: PipelineProvider, text: str) -> Any:
-    """One turn: store the question, prepare what would be sent, store the answer."""
+    """One turn: store the question, prepare what is sent, store the answer (and with it
+    the summary prepare rolled)."""
     provider.append(CONV, [user(text)])
-    report = provider.explain(CONV, provider.history(CONV))
+    report = provider.explain(CONV, provider.history(CONV), keep_summary=True)
     provider.append(CONV, [assistant(f"answer to {text}")])
     return report
 
@@ -567,7 +568,7 @@ def test_summary_is_not_recomputed_every_turn(store: MemoryStoreHandle) -> None:
         covered = stored[-1]["metadata"]["summary"]["covers"][1] if stored else 0
         due = unpinned_count(store) - covered >= threshold
         before = len(summarizer.calls)
-        report = provider.explain(CONV, provider.history(CONV))
+        report = provider.explain(CONV, provider.history(CONV), keep_summary=True)
         assert len(summarizer.calls) == before + (1 if due else 0), f"turn {turn}"
         assert (report.summarized is not None) == due
         assert_pair_safe(report.messages)
@@ -623,7 +624,7 @@ def test_summarizer_failure_falls_back_to_pair_safe_truncation(store: MemoryStor
 
     def tool_turn(i: int) -> Any:
         provider.append(CONV, [user(f"q{i}"), calls(f"c{i}"), result(f"c{i}")])
-        report = provider.explain(CONV, provider.history(CONV))
+        report = provider.explain(CONV, provider.history(CONV), keep_summary=True)
         provider.append(CONV, [assistant(f"answer {i}")])
         return report
 

@@ -10,7 +10,7 @@ import pytest
 
 from otpmem.memory import DefaultProvider, drop_orphans, is_pinned, safe_window, units
 from otpmem.messages import Conv
-from otpmem.stores import ChatMemory, MemoryStore, MemoryStoreHandle
+from otpmem.stores import ChatMemory, MemoryStore, MemoryStoreHandle, StoredWindow
 from tests.support import assert_pair_safe
 
 CONV = Conv("alice", "window")
@@ -45,14 +45,31 @@ def result(call_id: str) -> dict[str, Any]:
 
 
 class SpyStore:
-    """A ChatMemory that forwards to a real store and records every ``get``."""
+    """A ChatMemory that forwards to a real store and records every read's ``last``."""
 
     def __init__(self, inner: MemoryStoreHandle) -> None:
         self.inner = inner
         self.gets: list[int | None] = []
 
-    def add(self, conv: Any, messages: Sequence[Mapping[str, Any]]) -> None:
-        self.inner.add(conv, messages)
+    def add(
+        self,
+        conv: Any,
+        messages: Sequence[Mapping[str, Any]],
+        idempotency_key: str | None = None,
+        *,
+        follows: str | None = None,
+    ) -> None:
+        self.inner.add(conv, messages, idempotency_key, follows=follows)
+
+    def pinned(self, conv: Any) -> list[tuple[int, dict[str, Any]]]:
+        return self.inner.pinned(conv)
+
+    def window(self, conv: Any, last: int) -> StoredWindow:
+        self.gets.append(last)
+        return self.inner.window(conv, last)
+
+    def key_position(self, conv: Any, idempotency_key: str) -> int | None:
+        return self.inner.key_position(conv, idempotency_key)
 
     def get(self, conv: Any, last: int | None = None) -> list[dict[str, Any]]:
         self.gets.append(last)

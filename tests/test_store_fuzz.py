@@ -837,14 +837,20 @@ RAW_PAYLOAD = st.one_of(
     ),
 )
 PROBE = {"role": "user", "content": "probe"}
-PROBE_DOC = {
-    "format": EXPORT_FORMAT,
-    "version": EXPORT_VERSION,
-    "conversations": [
-        {"user_id": c.user_id, "conversation_id": c.conversation_id, "messages": [PROBE]}
-        for c in TARGETS
-    ],
-}
+
+
+def probe_doc(n: int) -> dict[str, Any]:
+    """A document new to the store each time (the same document imported twice is stored
+    once)."""
+    message = {"role": "user", "content": f"probe {n}"}
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "conversations": [
+            {"user_id": c.user_id, "conversation_id": c.conversation_id, "messages": [message]}
+            for c in TARGETS
+        ],
+    }
 
 
 def expect_raw(h: Harness, payload: Any) -> None:
@@ -886,9 +892,12 @@ def test_raw_garbage_calls_get_errors_and_the_store_keeps_running(
                 expect_raw(h, payload)
             h.check()
             # It still works: every conversation takes a write and counts it right.
-            assert h.store.import_(PROBE_DOC) == len(TARGETS)
+            document = probe_doc(tried)
+            assert h.store.import_(document) == len(TARGETS)
+            for entry, conv in zip(document["conversations"], TARGETS, strict=True):
+                h.append(conv, [*entry["messages"], PROBE])
             for conv in TARGETS:
-                h.append(conv, [PROBE])
+                h.store.add(conv, [PROBE])
             h.check()
             tried += 1
 

@@ -20,6 +20,7 @@ from .strategies import (
     Strategy,
     Summarization,
     TokenTruncation,
+    sees_enough,
 )
 from .summarizers import Summarizer
 from .tokens import DEFAULT_COUNTER, TokenCounter
@@ -99,31 +100,50 @@ class Pipeline:
         messages: Sequence[Mapping[str, Any]],
         conv: Conv | None = None,
         save_summary: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        offset: int = 0,
     ) -> list[Mapping[str, Any]]:
-        """The messages to send."""
-        return self._run(messages, conv, save_summary)[0]
+        """The messages to send (``offset``: unpinned messages of the conversation before
+        the ones given, left unread)."""
+        return self._run(messages, conv, save_summary, offset)[0]
 
     def explain(
         self,
         messages: Sequence[Mapping[str, Any]],
         conv: Conv | None = None,
         save_summary: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        offset: int = 0,
     ) -> PrepareReport:
         """Run the pipeline and report what it did with every input message."""
-        output, context = self._run(messages, conv, save_summary)
+        output, context = self._run(messages, conv, save_summary, offset)
         return report(messages, output, context, self.counter)
+
+    def sees_enough(
+        self,
+        tail: Sequence[Mapping[str, Any]],
+        offset: int,
+        pinned: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """Whether the newest unpinned messages ``tail`` (``offset`` older ones unread)
+        give every strategy what the whole conversation would."""
+        return all(
+            sees_enough(strategy, tail, offset, pinned, self.counter)
+            for strategy in self.strategies
+        )
 
     def _run(
         self,
         messages: Sequence[Mapping[str, Any]],
         conv: Conv | None,
         save_summary: Callable[[dict[str, Any]], None] | None,
+        offset: int = 0,
     ) -> tuple[list[Mapping[str, Any]], PrepareContext]:
         pinned: list[Mapping[str, Any]] = []
         rest: list[Mapping[str, Any]] = []
         for message in messages:
             (pinned if is_pinned(message) else rest).append(message)
-        context = PrepareContext(self.counter, conv, pinned, save_summary)
+        context = PrepareContext(self.counter, conv, pinned, save_summary, offset=offset)
         for strategy in self.strategies:
             rest = strategy.apply(rest, context)
         return [*context.pinned, *drop_orphans(rest)], context

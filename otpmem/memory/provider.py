@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..messages import ConvLike, as_conv
+from ..messages import Conv, ConvLike, as_conv, is_pinned
 from ..stores import ChatMemory
 from .pipeline import Pipeline, PrepareReport, report
 from .strategies import PrepareContext
@@ -38,6 +38,35 @@ class MemoryProvider(Protocol):
         """Forget the conversation."""
 
 
+class History(list[dict[str, Any]]):
+    """What a provider's ``history`` returns: the messages, and how many of the
+    conversation's unpinned messages come before them unread (``offset``), so a pipeline
+    that numbers the whole conversation (summaries do) still can."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, messages: Sequence[Any] = (), offset: int = 0) -> None:
+        super().__init__(messages)
+        self.offset = offset
+
+
+FIRST_READ = 64
+"""How many of the newest messages a pipeline's first read of a turn takes; it doubles
+until every strategy sees enough."""
+
+
+def check_store(store: object) -> ChatMemory:
+    """``store`` if it implements ``ChatMemory``; else a TypeError naming what it lacks."""
+    if isinstance(store, ChatMemory):
+        return store
+    needed = ("add", "get", "clear", "conversations", "count", "forget_user", "pinned")
+    missing = [name for name in (*needed, "window", "key_position") if not hasattr(store, name)]
+    raise TypeError(
+        f"store must implement ChatMemory; {store!r} lacks {', '.join(missing) or 'nothing'}"
+        " (the conformance suite in otpmem.stores.testing checks a store)"
+    )
+
+
 class DefaultProvider:
     """Stores everything; ``prepare`` applies ``safe_window(messages, window)`` when a window
     is set. With a window, ``history`` reads only the newest messages from the store::
@@ -48,8 +77,7 @@ class DefaultProvider:
     def __init__(
         self, store: ChatMemory, window: int | None = None, counter: TokenCounter | None = None
     ) -> None:
-        if not isinstance(store, ChatMemory):
-            raise TypeError(f"store must implement ChatMemory (add/get/clear/...), got {store!r}")
+        check_store(store)
         if window is not None and (type(window) is not int or window < 1):
             raise ValueError(f"window must be None or an int >= 1, got {window!r}")
         self.store = store
@@ -60,29 +88,37 @@ class DefaultProvider:
         return f"DefaultProvider({self.store!r}, window={self.window})"
 
     def history(self, conv: ConvLike) -> list[dict[str, Any]]:
-        """All of it, or with a window the newest ``window`` non-system messages (a tail
-        read: a turn's cost does not grow with the conversation)."""
+        """All of it, or with a window the pinned messages (system, ``metadata.pinned``,
+        the newest summary) and the newest ``window`` others: pinned index + tail, so a
+        turn's cost does not grow with the conversation."""
         if self.window is None:
             return self.store.get(conv)
         want = self.window
         while True:
-            tail = self.store.get(conv, last=want)
-            others = sum(1 for m in tail if m.get("role") != "system")
-            if len(tail) < want:
-                return tail  # the whole conversation
+            stored = self.store.window(conv, want)
+            if stored.start == 0:
+                return stored.tail  # the whole conversation
+            others = sum(1 for m in stored.tail if not is_pinned(m))
             if others < self.window:
-                # System messages in the tail took places of others: read further back.
+                # Pinned messages in the tail took places of others: read further back.
                 want += self.window - others
-            elif tail[0].get("role") == "tool":
+            elif stored.tail[0].get("role") == "tool":
                 # The tail starts inside a tool round: reach back to the call, so a turn can
                 # see (and heal) the round whole.
                 want += 1
             else:
-                return tail
+                return History(stored.messages(), stored.start - stored.pinned_before)
 
-    def append(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Store ``messages`` (validated whole first)."""
-        self.store.add(conv, messages)
+    def append(
+        self,
+        conv: ConvLike,
+        messages: Sequence[Mapping[str, Any]],
+        idempotency_key: str | None = None,
+        *,
+        follows: str | None = None,
+    ) -> None:
+        """Store ``messages`` (validated whole first); keys as ``ChatMemory.add`` takes them."""
+        self.store.add(conv, messages, idempotency_key, follows=follows)
 
     def prepare(
         self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]
@@ -99,7 +135,7 @@ class DefaultProvider:
         output = self.prepare(conv, messages)
         if self.window is not None and len(output) < len(messages):
             context.reasons.append(
-                f"safe_window(n={self.window}): kept system messages and the newest "
+                f"safe_window(n={self.window}): kept pinned messages and the newest "
                 f"{self.window} others, minus tool results whose call fell out"
             )
         return report(messages, output, context, self.counter)
@@ -110,46 +146,93 @@ class DefaultProvider:
 
 
 class PipelineProvider:
-    """A provider whose ``prepare`` runs a ``Pipeline`` (or a preset by name); summaries it
-    makes are stored in the conversation as pinned messages::
+    """A provider whose ``prepare`` runs a ``Pipeline`` (or a preset by name)::
 
         provider = PipelineProvider(store, "summarize")
+
+    ``history`` reads the pinned index and as much of the tail as the pipeline's strategies
+    need (a window's length, the messages no summary covers yet, a token budget's worth),
+    not the whole conversation. ``prepare`` is pure: a rolling summary it makes is stored
+    with the conversation's next ``append``, in the same write.
     """
 
     def __init__(self, store: ChatMemory, pipeline: Pipeline | str = "default") -> None:
-        if not isinstance(store, ChatMemory):
-            raise TypeError(f"store must implement ChatMemory (add/get/clear/...), got {store!r}")
+        check_store(store)
         if isinstance(pipeline, str):
             pipeline = Pipeline.preset(pipeline)
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a Pipeline or a preset name, got {pipeline!r}")
         self.store = store
         self.pipeline = pipeline
+        # conversation -> the summary its latest prepare rolled, stored with the next append
+        self._pending: dict[Conv, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"PipelineProvider({self.store!r}, {self.pipeline!r})"
 
     def history(self, conv: ConvLike) -> list[dict[str, Any]]:
-        """The whole conversation: pinned messages and summaries may be anywhere in it."""
-        return self.store.get(conv)
+        """The pinned messages and the newest ones the pipeline needs, oldest first."""
+        key = as_conv(conv)
+        want = FIRST_READ
+        while True:
+            stored = self.store.window(key, want)
+            if stored.start == 0:
+                return History(stored.tail)
+            offset = stored.start - stored.pinned_before
+            pinned = [m for _, m in stored.pinned] + [m for m in stored.tail if is_pinned(m)]
+            unpinned = [m for m in stored.tail if not is_pinned(m)]
+            if (
+                unpinned
+                and unpinned[0].get("role") != "tool"
+                and self.pipeline.sees_enough(unpinned, offset, pinned)
+            ):
+                return History(stored.messages(), offset)
+            want *= 2
 
-    def append(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Store ``messages`` (validated whole first)."""
-        self.store.add(conv, messages)
+    def append(
+        self,
+        conv: ConvLike,
+        messages: Sequence[Mapping[str, Any]],
+        idempotency_key: str | None = None,
+        *,
+        follows: str | None = None,
+    ) -> None:
+        """Store ``messages``, after the summary the last ``prepare`` rolled (if any)."""
+        key = as_conv(conv)
+        summary = self._pending.pop(key, None)
+        batch = [summary, *messages] if summary is not None else messages
+        self.store.add(key, batch, idempotency_key, follows=follows)
 
     def prepare(
         self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]
     ) -> list[Mapping[str, Any]]:
-        """Run the pipeline; a new rolling summary is stored before it is returned."""
-        return self.explain(conv, messages).messages
+        """Run the pipeline; nothing is stored (a new summary waits for the next append)."""
+        return self.explain(conv, messages, keep_summary=True).messages
 
-    def explain(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> PrepareReport:
-        """``prepare``, and what became of each input message."""
+    def explain(
+        self,
+        conv: ConvLike,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        keep_summary: bool = False,
+    ) -> PrepareReport:
+        """What ``prepare`` sends, and what became of each input message; with
+        ``keep_summary``, a summary it rolls is stored with the next append, as
+        ``prepare``'s is."""
         key = as_conv(conv)
+
+        def keep(summary: dict[str, Any]) -> None:
+            self._pending[key] = summary
+
         return self.pipeline.explain(
-            messages, key, save_summary=lambda summary: self.store.add(key, [summary])
+            messages,
+            key,
+            save_summary=keep if keep_summary else None,
+            offset=getattr(messages, "offset", 0),
         )
 
     def clear(self, conv: ConvLike) -> None:
         """Forget the conversation, summaries included."""
-        self.store.clear(conv)
+        key = as_conv(conv)
+        self._pending.pop(key, None)
+        self.store.clear(key)

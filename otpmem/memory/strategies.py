@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..messages import Conv
+from ..messages import Conv, is_summary
 from .summarizers import ExtractiveSummarizer, Summarizer
 from .tokens import DEFAULT_COUNTER, TokenCounter
 from .window import call_ids, drop_orphans, newest_user_index, units
@@ -35,6 +35,9 @@ class PrepareContext:
     summarized: tuple[int, int] | None = None
     summary: Mapping[str, Any] | None = None
     fallback: bool = False
+    offset: int = 0
+    """How many of the conversation's unpinned messages come before the ones given: a
+    provider that read only the tail says so, and summaries keep numbering the whole."""
 
 
 @runtime_checkable
@@ -49,6 +52,25 @@ class Strategy(Protocol):
         """Transform the unpinned messages (never splitting a tool group)."""
 
 
+def sees_enough(
+    strategy: Strategy,
+    tail: Sequence[Mapping[str, Any]],
+    offset: int,
+    pinned: Sequence[Mapping[str, Any]],
+    counter: TokenCounter,
+) -> bool:
+    """Whether ``strategy`` gives the same answer over the newest unpinned messages
+    ``tail`` (``offset`` older ones left unread) as over the whole conversation.
+
+    A strategy may say so with a ``sees_enough`` method of the same arguments; one that
+    does not is given the whole conversation.
+    """
+    method = getattr(strategy, "sees_enough", None)
+    if method is None:
+        return offset == 0
+    return bool(method(tail, offset, pinned, counter))
+
+
 class SlidingWindow:
     """Keep the newest ``last`` unpinned messages (minus results whose call fell out), and
     the newest user message even when a long tool loop pushed it out of the window."""
@@ -61,6 +83,16 @@ class SlidingWindow:
 
     def __repr__(self) -> str:
         return f"SlidingWindow(last={self.last})"
+
+    def sees_enough(
+        self,
+        tail: Sequence[Mapping[str, Any]],
+        offset: int,
+        pinned: Sequence[Mapping[str, Any]],
+        counter: TokenCounter,
+    ) -> bool:
+        """The newest ``last``, and the newest question, are in the tail."""
+        return offset == 0 or (len(tail) >= self.last and newest_user_index(tail) is not None)
 
     def apply(
         self, messages: list[Mapping[str, Any]], context: PrepareContext
@@ -88,6 +120,19 @@ class TokenTruncation:
 
     def __repr__(self) -> str:
         return f"TokenTruncation(max_tokens={self.max_tokens})"
+
+    def sees_enough(
+        self,
+        tail: Sequence[Mapping[str, Any]],
+        offset: int,
+        pinned: Sequence[Mapping[str, Any]],
+        counter: TokenCounter,
+    ) -> bool:
+        """The tail is over budget (nothing older could be kept) and holds the question."""
+        if offset == 0:
+            return True
+        count = (self.counter or counter).count
+        return newest_user_index(tail) is not None and sum(map(count, tail)) > self.max_tokens
 
     def apply(
         self, messages: list[Mapping[str, Any]], context: PrepareContext
@@ -169,25 +214,44 @@ class Summarization:
     def __repr__(self) -> str:
         return f"Summarization(threshold={self.threshold}, keep_recent={self.keep_recent})"
 
+    def sees_enough(
+        self,
+        tail: Sequence[Mapping[str, Any]],
+        offset: int,
+        pinned: Sequence[Mapping[str, Any]],
+        counter: TokenCounter,
+    ) -> bool:
+        """Every message the newest summary does not cover, and the question, are read."""
+        if offset == 0:
+            return True
+        covered = _covered(_latest_summary(pinned), offset + len(tail))
+        return covered >= offset and newest_user_index(tail) is not None
+
     def apply(
         self, messages: list[Mapping[str, Any]], context: PrepareContext
     ) -> list[Mapping[str, Any]]:
         """Reuse the latest summary, or roll a new one when enough messages aged."""
         previous = _latest_summary(context.pinned)
-        covered = _covered(previous, len(messages))
+        offset = context.offset
+        # Numbered over the conversation's unpinned messages, of which the first ``offset``
+        # were not read: what the summary covers, counted from the first one given.
+        claimed = _covered(previous, offset + len(messages))
+        covered = max(0, claimed - offset)
         asked = newest_user_index(messages)
         if asked is not None and covered > asked:
             # A roll never covers the newest question (see below); a stored summary that
             # claims to (an edited or imported history) must not hide it either.
             covered = asked
-        context.pinned = [m for m in context.pinned if not _is_summary(m) or m is previous]
-        if previous is not None and covered:
+        context.pinned = [m for m in context.pinned if not is_summary(m) or m is previous]
+        in_use = offset + covered > 0 and claimed > 0
+        if in_use:
             context.summary = previous
         fresh = messages[covered:]
         if len(fresh) < self.threshold:
-            if covered:
+            if in_use:
                 context.reasons.append(
-                    f"{self!r}: reused the summary of messages [0, {covered}); {len(fresh)} since"
+                    f"{self!r}: reused the summary of messages [0, {offset + covered}); "
+                    f"{len(fresh)} since"
                 )
             return drop_orphans(fresh)
         cut = len(fresh) - self.keep_recent
@@ -198,7 +262,7 @@ class Summarization:
         aged, recent = fresh[:cut], fresh[cut:]
         if not aged:
             return drop_orphans(fresh)
-        previous_text = _summary_text(previous) if covered else None
+        previous_text = _summary_text(previous) if in_use else None
         try:
             text = self.summarizer.summarize(aged, previous_text)
             if not isinstance(text, str) or not text.strip():
@@ -214,7 +278,7 @@ class Summarization:
                 "summarizer %s failed, falling back to truncation: %r", self.summarizer.name, exc
             )
             return drop_orphans(recent)
-        end = covered + cut
+        end = offset + covered + cut
         summary: dict[str, Any] = {
             "role": "system",
             "content": SUMMARY_PREFIX + text,
@@ -223,7 +287,7 @@ class Summarization:
                 "summary": {
                     "covers": [0, end],
                     "summarizer": self.summarizer.name,
-                    "rolled_from": [0, covered] if covered else None,
+                    "rolled_from": [0, offset + covered] if in_use else None,
                 },
             },
         }
@@ -231,9 +295,9 @@ class Summarization:
             context.save_summary(summary)
         context.pinned = [m for m in context.pinned if m is not previous] + [summary]
         context.summary = summary
-        context.summarized = (covered, end)
+        context.summarized = (offset + covered, end)
         context.reasons.append(
-            f"{self!r}: summarized messages [{covered}, {end}) into a new rolling summary "
+            f"{self!r}: summarized messages [{offset + covered}, {end}) into a new rolling summary "
             f"covering [0, {end}) with {self.summarizer.name!r}"
         )
         return drop_orphans(recent)
@@ -250,18 +314,8 @@ def _with_question(
     return [messages[question], *kept]
 
 
-def _is_summary(message: Mapping[str, Any]) -> bool:
-    # Only a system message is a summary: a user's pinned note with such metadata stays.
-    metadata = message.get("metadata")
-    return (
-        message.get("role") == "system"
-        and isinstance(metadata, Mapping)
-        and isinstance(metadata.get("summary"), Mapping)
-    )
-
-
 def _latest_summary(pinned: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    summaries = [m for m in pinned if _is_summary(m)]
+    summaries = [m for m in pinned if is_summary(m)]
     return summaries[-1] if summaries else None
 
 

@@ -11,6 +11,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# The rule lives with messages: stores index pinned messages by it.
+from ..messages import is_pinned as is_pinned
+from ..messages import is_summary
+
 Message = Mapping[str, Any]
 
 CANCELLED = json.dumps(
@@ -25,21 +29,6 @@ def call_ids(message: Message) -> set[str]:
     if not calls:
         return set()
     return {c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)}
-
-
-def is_pinned(message: Message) -> bool:
-    """System messages, and messages with ``metadata.pinned``, are never dropped.
-
-    Tool traffic (tool results, assistant tool calls) cannot be pinned: pinning moves a
-    message to the front, which would separate a result from its call.
-    """
-    role = message.get("role")
-    if role == "system":
-        return True
-    metadata = message.get("metadata")
-    if metadata is None or role == "tool" or message.get("tool_calls"):
-        return False
-    return isinstance(metadata, dict) and metadata.get("pinned") is True
 
 
 def drop_orphans(messages: Sequence[Message]) -> list[Any]:
@@ -57,13 +46,18 @@ def drop_orphans(messages: Sequence[Message]) -> list[Any]:
 
 
 def safe_window(messages: Sequence[Message], n: int) -> list[Any]:
-    """System messages first, in their order, then the newest ``n`` others minus any tool
-    result whose calling assistant message is not kept (beamai's window, matched by id)."""
+    """Pinned messages (system, ``metadata.pinned``) first, in their order, then the newest
+    ``n`` others minus any tool result whose calling assistant message is not kept
+    (beamai's window, matched by id). Of several rolling summaries only the newest is
+    kept: it supersedes the others, as in the stores' pinned index."""
     if type(n) is not int or n < 0:
         raise ValueError(f"window size must be an int >= 0, got {n!r}")
-    systems = [m for m in messages if m.get("role") == "system"]
-    body = [m for m in messages if m.get("role") != "system"]
-    return systems + drop_orphans(body[len(body) - n :] if len(body) > n else body)
+    pinned = [m for m in messages if is_pinned(m)]
+    body = [m for m in messages if not is_pinned(m)]
+    summaries = [m for m in pinned if is_summary(m)]
+    if len(summaries) > 1:
+        pinned = [m for m in pinned if not is_summary(m) or m is summaries[-1]]
+    return pinned + drop_orphans(body[len(body) - n :] if len(body) > n else body)
 
 
 def units(messages: Sequence[Message]) -> list[list[Any]]:

@@ -4,6 +4,11 @@ The store's server hands each write (its puts and deletes, and whom to answer) t
 committer thread and moves on to the next message. The committer takes everything queued,
 writes it as one LevelDB WriteBatch with one fsync, then answers every caller of that group:
 an ``add`` is acknowledged only once it is on disk.
+
+The server reads some keys it wrote before they are on disk (an idempotency key, to refuse
+a batch sent twice in quick succession): ``staged`` answers from the writes still queued,
+and a key leaves that view only after its group is written, so a reader that misses it
+there finds it on disk.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from ._base import StoreError
 logger = logging.getLogger("otpmem.stores")
 
 Op = tuple[bytes, bytes | None]  # (key, value); None deletes
+MISSING = object()
+"""What ``Committer.staged`` returns for a key no queued write touches."""
+_Write = tuple[list[Op], "ReplyTo | None", int, list[bytes]]
 
 
 class Committer:
@@ -31,7 +39,10 @@ class Committer:
         self._sync = sync
         self._on_failure = on_failure
         self._cond = threading.Condition()
-        self._queue: list[tuple[list[Op], ReplyTo | None]] = []
+        self._queue: list[_Write] = []
+        # key -> (the write that last touched it, its value); read without the lock
+        self._staged: dict[bytes, tuple[int, bytes | None]] = {}
+        self._writes = 0
         self._busy = False
         self._stopping = False
         self._failed: BaseException | None = None
@@ -39,16 +50,31 @@ class Committer:
         self._thread = threading.Thread(target=self._run, name=f"committer-{label}", daemon=True)
         self._thread.start()
 
-    def submit(self, ops: list[Op], to: ReplyTo | None) -> None:
-        """Queue one all-or-nothing write; ``to`` is answered once it is durable."""
+    def submit(
+        self, ops: list[Op], to: ReplyTo | None, staged: dict[bytes, bytes | None] | None = None
+    ) -> None:
+        """Queue one all-or-nothing write; ``to`` is answered once it is durable.
+
+        ``staged`` (a subset of ``ops``) is what ``staged()`` shows until it is written.
+        """
         with self._cond:
             if self._failed is not None or self._stopping:
                 error = StoreError(f"the store can no longer write: {self._failed or 'stopping'}")
                 if to is not None:
                     reply_error(to, error)
                 return
-            self._queue.append((ops, to))
+            self._writes += 1
+            token = self._writes
+            if staged:
+                for key, value in staged.items():
+                    self._staged[key] = (token, value)
+            self._queue.append((ops, to, token, list(staged or ())))
             self._cond.notify()
+
+    def staged(self, key: bytes) -> bytes | object | None:
+        """The value a queued write gives ``key`` (None: deletes it), or ``MISSING``."""
+        found = self._staged.get(key)
+        return MISSING if found is None else found[1]
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until everything submitted so far is written; False on timeout."""
@@ -72,7 +98,7 @@ class Committer:
                 self._busy = True
             try:
                 batch = self._db.write_batch(sync=self._sync)
-                for ops, _ in group:
+                for ops, *_ in group:
                     for key, value in ops:
                         if value is None:
                             batch.delete(key)
@@ -84,13 +110,18 @@ class Committer:
                 return
             self.groups += 1
             with self._cond:
+                for _, _, token, staged in group:
+                    for key in staged:
+                        found = self._staged.get(key)
+                        if found is not None and found[0] <= token:
+                            del self._staged[key]
                 self._busy = False
                 self._cond.notify_all()
-            for _, to in group:
+            for _, to, *_ in group:
                 if to is not None:
                     reply(to, None)
 
-    def _fail(self, group: list[tuple[list[Op], ReplyTo | None]], exc: BaseException) -> None:
+    def _fail(self, group: list[_Write], exc: BaseException) -> None:
         logger.error("LevelDB write failed; failing %d writes", len(group), exc_info=exc)
         with self._cond:
             self._failed = exc
@@ -98,7 +129,7 @@ class Committer:
             self._busy = False
             self._cond.notify_all()
         error = StoreError(f"LevelDB write failed: {exc!r}")
-        for _, to in group + pending:
+        for _, to, *_ in group + pending:
             if to is not None:
                 reply_error(to, error)
         self._on_failure(exc)

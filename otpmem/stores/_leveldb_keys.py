@@ -1,7 +1,19 @@
 """The LevelDB key layout: ordered so that every common query is one range scan.
 
     m <user> <conversation> <seq: 8 bytes, big-endian>  ->  msgpack(message)
-    c <user> <conversation>                              ->  msgpack([next_seq, count])
+    c <user> <conversation>                              ->  msgpack(meta)
+    p <user> <conversation> <seq>                        ->  msgpack(message), pinned only
+    k <user> <conversation> <idempotency key, UTF-8>     ->  msgpack([ordinal, position])
+    q <user> <conversation> <ordinal: 8 bytes>           ->  idempotency key, UTF-8
+    v                                                    ->  the layout's version
+
+``meta`` is ``[next_seq, count, next_ordinal, summary_seq, pinned_count]``: the next
+message's sequence number (its position: a conversation is only ever appended to, or deleted
+whole), how many messages it holds, how many keyed batches it has had, where its newest
+summary is (-1: none), and how many of its messages are pinned (superseded summaries too).
+``p`` is the pinned index (system and pinned messages and the newest summary, a copy of
+each, so the index is one range scan). ``k`` finds a key's batch, ``q`` lists the
+keys oldest first so the oldest can be forgotten.
 
 ``<user>`` is ``00`` for no user, or ``01`` + 4-byte big-endian length + UTF-8 bytes; a
 conversation id is encoded the same way (always present). Length prefixes make every
@@ -11,7 +23,12 @@ component prefix-free, so:
   reads n entries from the end with a reverse iterator, whatever the length;
 - a user's conversations are one contiguous range of ``c`` keys: ``conversations(user)``
   scans one entry per conversation, never the messages;
-- ``count`` is one point read of the ``c`` key.
+- ``count`` is one point read of the ``c`` key;
+- a conversation's pinned messages are one range of ``p`` keys, in order, read up to any
+  position without reading a message that is not pinned.
+
+Every ``add`` writes its messages, their ``p`` copies, its key entries and the new meta in
+one WriteBatch, so the index and the keys are never out of step with the messages.
 """
 
 from __future__ import annotations
@@ -22,6 +39,13 @@ from ..messages import Conv
 
 MESSAGE = b"m"
 META = b"c"
+PINNED = b"p"
+KEY = b"k"
+KEY_ORDER = b"q"
+VERSION = b"v"
+LAYOUT_VERSION = 2
+"""1: wave 1 (messages and meta); 2: the pinned index and idempotency keys."""
+CONVERSATION_KINDS = (MESSAGE, PINNED, KEY, KEY_ORDER)
 _LEN = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
 
@@ -44,8 +68,19 @@ def conv_prefix(kind: bytes, conv: Conv) -> bytes:
 
 
 def message_key(prefix: bytes, seq: int) -> bytes:
-    """The key of message ``seq`` under a conversation's message prefix."""
+    """The key of message ``seq`` under a conversation's message (or pinned) prefix."""
     return prefix + _SEQ.pack(seq)
+
+
+def seq_of(key: bytes) -> int:
+    """The sequence number a message (or pinned, or key-order) key ends with."""
+    (seq,) = _SEQ.unpack_from(key, len(key) - _SEQ.size)
+    return int(seq)
+
+
+def idempotency_key(conv: Conv, key: str) -> bytes:
+    """Where a conversation's batch keyed ``key`` is found."""
+    return conv_prefix(KEY, conv) + key.encode("utf-8", "surrogatepass")
 
 
 def decode_conv(key: bytes) -> Conv:

@@ -15,18 +15,14 @@ restarted store can open the directory at once. Reads run on the caller's thread
 from __future__ import annotations
 
 import os
-import re
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import msgpack
-import plyvel
 
-from ..actors import NO_REPLY, GenServer, Handle, InitFailed, NoProcess, blocking, on_exit, sleep
+from ..actors import NO_REPLY, GenServer, Handle, InitFailed, NoProcess, blocking, on_exit
 from ..actors._node import current
 from ..actors.faults import FaultPlan
 from ..messages import (
@@ -36,56 +32,27 @@ from ..messages import (
     InvalidMessage,
     as_conv,
     check_user_id,
+    is_pinned,
+    is_summary,
     short_repr,
 )
 from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
 from . import _leveldb_keys as keys
 from ._base import (
+    KEYS_KEPT,
     STORE_INTENSITY,
     STORE_PERIOD,
-    StoreClient,
-    StoreCorrupt,
+    ConversationCleared,
+    StoredWindow,
     StoreError,
-    StoreLocked,
-    StoreUnavailable,
+    check_key,
     check_last,
-    parse_request,
 )
-from ._committer import Committer, Op
+from ._client import StoreClient, parse_request
+from ._committer import MISSING, Committer, Op
+from ._leveldb_open import ReadGate, ensure_layout, open_db
 
-LOCK_RETRY = 0.01
-_LOCK_ERROR = re.compile(
-    r"^IO error: lock .*: (already held by process|Resource temporarily unavailable)$"
-)
 READY_TIMEOUT = 30.0
-
-
-class _ReadGate:
-    """Lets reader threads use the DB while it is open, and close wait for them."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self.closed = False
-
-    @contextmanager
-    def reading(self, owner: object) -> Iterator[None]:
-        with self._cond:
-            if self.closed:
-                raise NoProcess(owner)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    def close(self) -> None:
-        with self._cond:
-            self.closed = True
-            self._cond.wait_for(lambda: self._readers == 0)
 
 
 def _unpack(raw: bytes) -> dict[str, Any]:
@@ -124,6 +91,51 @@ class LevelDBStoreHandle(StoreClient, Handle):
                         break
         return [_unpack(v) for v in reversed(newest)]
 
+    def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
+        """The pinned index: (position, message) of each system and pinned message and of
+        the newest summary, oldest first (one range scan of the index)."""
+        prefix = keys.conv_prefix(keys.PINNED, as_conv(conv))
+        with self._db() as db:
+            return [(keys.seq_of(k), _unpack(v)) for k, v in db.iterator(prefix=prefix)]
+
+    def window(self, conv: ConvLike, last: int) -> StoredWindow:
+        """The newest ``last`` messages and the pinned ones before them, from one snapshot:
+        O(last + pinned) reads, whatever the conversation's length."""
+        key = as_conv(conv)
+        if check_last(last) is None:
+            raise ValueError("window needs last: an int >= 0")
+        messages = keys.conv_prefix(keys.MESSAGE, key)
+        pinned = keys.conv_prefix(keys.PINNED, key)
+        newest: list[bytes] = []
+        with self._db() as db, db.snapshot() as snapshot:
+            raw = snapshot.get(keys.conv_prefix(keys.META, key))
+            meta = [0, 0] if raw is None else msgpack.unpackb(raw)
+            total = int(meta[1])
+            if last:
+                with snapshot.iterator(prefix=messages, include_key=False, reverse=True) as it:
+                    for value in it:
+                        newest.append(value)
+                        if len(newest) == last:
+                            break
+            start = total - len(newest)
+            before = [
+                (keys.seq_of(k), _unpack(v))
+                for k, v in snapshot.iterator(start=pinned, stop=keys.message_key(pinned, start))
+            ]
+        tail = [_unpack(v) for v in reversed(newest)]
+        pinned_count = int(meta[4]) if len(meta) > 4 else len(before)
+        pinned_before = pinned_count - sum(1 for m in tail if is_pinned(m))
+        return StoredWindow(before, tail, start, total, pinned_before)
+
+    def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
+        """Where the batch stored with ``idempotency_key`` begins, or None."""
+        key = as_conv(conv)
+        if check_key(idempotency_key) is None:
+            raise ValueError("key_position needs an idempotency_key")
+        with self._db() as db:
+            raw = db.get(keys.idempotency_key(key, idempotency_key))
+        return None if raw is None else int(msgpack.unpackb(raw)[1])
+
     def count(self, conv: ConvLike) -> int:
         """How many messages the conversation holds (one point read)."""
         meta_key = keys.conv_prefix(keys.META, as_conv(conv))
@@ -153,7 +165,7 @@ class LevelDBStore(GenServer):
     LevelDBStore.start_link("data/memory").get(Conv("alice", "c1"))  # still there
     """
 
-    caller_errors = (InvalidMessage, ValueError, TypeError)
+    caller_errors = (InvalidMessage, ValueError, TypeError, ConversationCleared)
     handle_class = LevelDBStoreHandle
 
     @classmethod
@@ -231,8 +243,13 @@ class LevelDBStore(GenServer):
 
     def init(self, path: str, sync: bool, lock_timeout: float, create: bool = True) -> None:
         self.path = path
-        self.gate = _ReadGate()
-        self.db = _open(path, lock_timeout, create)
+        self.gate = ReadGate()
+        self.db = open_db(path, lock_timeout, create)
+        try:
+            blocking(ensure_layout, self.db, path)
+        except BaseException:
+            self.db.close()
+            raise
         self.meta: dict[Conv, list[int]] = {}
         self.committer = Committer(self.db, sync, self._write_failed, Path(path).name)
         on_exit(self._close)
@@ -254,19 +271,24 @@ class LevelDBStore(GenServer):
     def handle_call(self, message: Any) -> Any:
         kind, arg = parse_request(message, "LevelDBStore")
         if kind == "add":
-            self.committer.submit(self._append_ops(*arg), self.caller())
+            staged: dict[bytes, bytes | None] = {}
+            ops = self._append_ops(*arg, staged=staged)
+            self.committer.submit(ops, self.caller(), staged)
             return NO_REPLY
         if kind == "import":
-            ops: list[Op] = []
-            for conv, batch in arg:
-                ops.extend(self._append_ops(conv, batch))
-            self.committer.submit(ops, self.caller())
+            staged = {}
+            ops = []
+            for conv, batch, key in arg:
+                ops.extend(self._append_ops(conv, batch, key, staged=staged))
+            self.committer.submit(ops, self.caller(), staged)
             return NO_REPLY
         if kind == "clear":
-            return self._delete_range([keys.conv_prefix(keys.MESSAGE, arg)], [arg])
+            prefixes = [keys.conv_prefix(k, arg) for k in keys.CONVERSATION_KINDS]
+            return self._delete_range(prefixes, [arg])
         if kind == "forget_user":
             owned = [c for c in self.meta if c.user_id == arg]
-            prefixes = [keys.user_prefix(keys.MESSAGE, arg), keys.user_prefix(keys.META, arg)]
+            kinds = (*keys.CONVERSATION_KINDS, keys.META)
+            prefixes = [keys.user_prefix(k, arg) for k in kinds]
             return self._delete_range(prefixes, owned)
         if kind == "flush":
             blocking(self.committer.flush)
@@ -274,26 +296,97 @@ class LevelDBStore(GenServer):
         raise ValueError(f"LevelDBStore does not understand {short_repr(message)}")
 
     def _meta(self, conv: Conv) -> list[int]:
+        """[next_seq, count, next_ordinal, summary_seq, pinned_count], cached once read."""
         meta = self.meta.get(conv)
         if meta is None:
             raw = self.db.get(keys.conv_prefix(keys.META, conv))
-            meta = [0, 0] if raw is None else list(msgpack.unpackb(raw))
+            meta = [0, 0, 0, -1, 0] if raw is None else list(msgpack.unpackb(raw))
             self.meta[conv] = meta
         return meta
 
-    def _append_ops(self, conv: Conv, batch: list[FrozenDict]) -> list[Op]:
+    def _read(self, key: bytes, staged: dict[bytes, bytes | None]) -> bytes | None:
+        """A key as the next write will find it: this write's own ops, then the queued
+        writes, then the disk."""
+        if key in staged:
+            return staged[key]
+        found = self.committer.staged(key)
+        if found is MISSING:
+            value: bytes | None = self.db.get(key)
+            return value
+        return found  # type: ignore[return-value]
+
+    def _append_ops(
+        self,
+        conv: Conv,
+        batch: list[FrozenDict],
+        idempotency_key: str | None = None,
+        follows: str | None = None,
+        *,
+        staged: dict[bytes, bytes | None],
+    ) -> list[Op]:
         if not batch:
             return []
+        if (
+            idempotency_key is not None
+            and self._read(keys.idempotency_key(conv, idempotency_key), staged) is not None
+        ):
+            return []  # stored already: a retry
+        if follows is not None and self._read(keys.idempotency_key(conv, follows), staged) is None:
+            raise ConversationCleared(
+                f"conversation {conv} no longer holds the batch {follows!r} this write "
+                "follows: it was cleared since; nothing was stored"
+            )
         meta = self._meta(conv)
         prefix = keys.conv_prefix(keys.MESSAGE, conv)
+        pinned = keys.conv_prefix(keys.PINNED, conv)
         seq = meta[0]
-        ops: list[Op] = [
-            (keys.message_key(prefix, seq + i), msgpack.packb(m, use_bin_type=True))
-            for i, m in enumerate(batch)
-        ]
+        ops: list[Op] = []
+        for i, message in enumerate(batch):
+            packed = msgpack.packb(message, use_bin_type=True)
+            ops.append((keys.message_key(prefix, seq + i), packed))
+            if is_pinned(message):
+                meta[4] += 1
+                if is_summary(message):
+                    if meta[3] >= 0:
+                        ops.append((keys.message_key(pinned, meta[3]), None))
+                    meta[3] = seq + i
+                ops.append((keys.message_key(pinned, seq + i), packed))
+        if idempotency_key is not None:
+            ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged))
         meta[0] += len(batch)
         meta[1] += len(batch)
         ops.append((keys.conv_prefix(keys.META, conv), msgpack.packb(meta)))
+        return ops
+
+    def _key_ops(
+        self,
+        conv: Conv,
+        idempotency_key: str,
+        meta: list[int],
+        position: int,
+        staged: dict[bytes, bytes | None],
+    ) -> list[Op]:
+        """Record the key, and forget the conversation's oldest once it holds KEYS_KEPT."""
+        order = keys.conv_prefix(keys.KEY_ORDER, conv)
+        ordinal = meta[2]
+        meta[2] += 1
+        entry = keys.idempotency_key(conv, idempotency_key)
+        raw_key = idempotency_key.encode("utf-8", "surrogatepass")
+        ops: list[Op] = [
+            (entry, msgpack.packb([ordinal, position])),
+            (keys.message_key(order, ordinal), raw_key),
+        ]
+        if ordinal >= KEYS_KEPT:
+            oldest = keys.message_key(order, ordinal - KEYS_KEPT)
+            forgotten = self._read(oldest, staged)
+            ops.append((oldest, None))
+            if forgotten is not None:
+                forgotten_entry = keys.conv_prefix(keys.KEY, conv) + forgotten
+                ops.append((forgotten_entry, None))
+                staged[forgotten_entry] = None
+            staged[oldest] = None
+        staged[entry] = ops[0][1]
+        staged[ops[1][0]] = raw_key
         return ops
 
     def _delete_range(self, prefixes: list[bytes], convs: list[Conv]) -> Any:
@@ -310,46 +403,3 @@ class LevelDBStore(GenServer):
         # conversation's old meta key back from disk (its count, persisted wrong).
         blocking(self.committer.flush)
         return NO_REPLY
-
-
-def _error_text(exc: BaseException) -> str:
-    # plyvel's errors carry LevelDB's message as bytes.
-    first = exc.args[0] if exc.args else ""
-    return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
-
-
-def _open(path: str, lock_timeout: float, create: bool) -> Any:
-    if not create and not os.path.exists(os.path.join(path, "CURRENT")):
-        raise StoreUnavailable(f"there is no LevelDB store at {path!r}")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise StoreUnavailable(
-            f"cannot create the store directory {path!r}: {exc.strerror}"
-        ) from exc
-    deadline = time.monotonic() + lock_timeout
-    while True:
-        try:
-            return plyvel.DB(path, create_if_missing=create)
-        except plyvel.CorruptionError as exc:
-            raise StoreCorrupt(
-                f"the LevelDB store at {path!r} is corrupt ({_error_text(exc)}); back it up, "
-                f"then try plyvel.repair_db({path!r})"
-            ) from exc
-        except plyvel.IOError as exc:
-            text = _error_text(exc)
-            # LevelDB says "IO error: lock <path>/LOCK: already held by process" (another
-            # DB in this process) or "...: Resource temporarily unavailable" (another process).
-            if _LOCK_ERROR.match(text):
-                if time.monotonic() < deadline:
-                    sleep(LOCK_RETRY)  # another process's lock has no event to wait on
-                    continue
-                raise StoreLocked(
-                    f"the LevelDB store at {path!r} is locked by another process (or a store "
-                    f"there did not exit) after waiting {lock_timeout} s"
-                ) from exc
-            raise StoreUnavailable(f"cannot open the LevelDB store at {path!r}: {text}") from exc
-        except plyvel.Error as exc:
-            raise StoreCorrupt(
-                f"cannot open the LevelDB store at {path!r}: {_error_text(exc)}"
-            ) from exc

@@ -37,13 +37,26 @@ from ..messages import (
     InvalidMessage,
     as_conv,
     check_user_id,
+    is_pinned,
+    is_summary,
     short_repr,
 )
 from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
-from ._base import STORE_INTENSITY, STORE_PERIOD, StoreClient, check_last, parse_request
+from ._base import (
+    KEYS_KEPT,
+    STORE_INTENSITY,
+    STORE_PERIOD,
+    ConversationCleared,
+    StoredWindow,
+    check_key,
+    check_last,
+)
+from ._client import StoreClient, parse_request
 
 READY_TIMEOUT = 5.0
-_Snapshot = tuple[list[dict[str, Any]], int]
+# (messages, n, pinned positions, idempotency key -> position of its batch or None,
+#  how many pinned messages the n hold, superseded summaries included)
+_Snapshot = tuple[list[dict[str, Any]], int, tuple[int, ...], dict[str, int] | None, int]
 TableKey = str | Conv
 
 
@@ -130,7 +143,7 @@ class MemoryStoreHandle(StoreClient, Handle):
         except TypeError:  # unhashable: not a conversation
             entry = None
         if entry is not None and (kind is str or kind is Conv):
-            messages, n = entry
+            messages, n = entry[0], entry[1]
             if type(last) is int and 0 <= last <= n:
                 return messages[n - last : n]
             if last is None:
@@ -143,8 +156,41 @@ class MemoryStoreHandle(StoreClient, Handle):
         entry = self._mapping().get(key)
         if entry is None:
             return []
-        messages, n = entry
+        messages, n = entry[0], entry[1]
         return messages[:n] if last is None or last >= n else messages[n - last : n]
+
+    def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
+        """The pinned index: (position, message) of each system and pinned message and of
+        the newest summary, oldest first."""
+        entry = self._mapping().get(table_key(as_conv(conv)))
+        if entry is None:
+            return []
+        messages = entry[0]
+        return [(position, messages[position]) for position in entry[2]]
+
+    def window(self, conv: ConvLike, last: int) -> StoredWindow:
+        """The newest ``last`` messages and the pinned ones before them, from one snapshot."""
+        key = table_key(as_conv(conv))
+        if check_last(last) is None:
+            raise ValueError("window needs last: an int >= 0")
+        entry = self._mapping().get(key)
+        if entry is None:
+            return StoredWindow([], [], 0, 0)
+        messages, n, pins, _, pinned_count = entry
+        start = max(0, n - last)
+        tail = messages[start:n]
+        before = [(p, messages[p]) for p in pins if p < start]
+        pinned_before = pinned_count - sum(1 for m in tail if is_pinned(m))
+        return StoredWindow(before, tail, start, n, pinned_before)
+
+    def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
+        """Where the batch stored with ``idempotency_key`` begins, or None."""
+        key = table_key(as_conv(conv))
+        if check_key(idempotency_key) is None:
+            raise ValueError("key_position needs an idempotency_key")
+        entry = self._mapping().get(key)
+        keys = None if entry is None else entry[3]
+        return None if keys is None else keys.get(idempotency_key)
 
     def count(self, conv: ConvLike) -> int:
         """How many messages the conversation holds."""
@@ -169,7 +215,7 @@ class MemoryStore(GenServer):
     Handle.named("memory")  # a MemoryStoreHandle's calls go through the name
     """
 
-    caller_errors = (InvalidMessage, ValueError, TypeError)
+    caller_errors = (InvalidMessage, ValueError, TypeError, ConversationCleared)
     handle_class = MemoryStoreHandle
 
     @classmethod
@@ -240,7 +286,8 @@ class MemoryStore(GenServer):
     def handle_call(self, message: Any) -> Any:
         kind, arg = parse_request(message, "MemoryStore")
         if kind == "add":
-            self._append(*arg)
+            conv, batch, key, follows = arg
+            self._append(conv, batch, key, follows)
         elif kind == "clear":
             self.table.pop(table_key(arg))
         elif kind == "forget_user":
@@ -248,25 +295,64 @@ class MemoryStore(GenServer):
                 if type(key) is Conv and key.user_id == arg:
                     del self.table[key]
         elif kind == "import":
-            for key, batch in arg:
-                self._append(key, batch)
+            for conv, batch, key in arg:
+                self._append(conv, batch, key)
         elif kind == "adopted":
             return self.adopted
         else:
             raise ValueError(f"MemoryStore does not understand {short_repr(message)}")
         return None
 
-    def _append(self, conv: Conv, batch: Sequence[dict[str, Any]]) -> None:
+    def _append(
+        self,
+        conv: Conv,
+        batch: Sequence[dict[str, Any]],
+        idempotency_key: str | None = None,
+        follows: str | None = None,
+    ) -> None:
         if not batch:
             return
         key = table_key(conv)
         entry = self.table.get(key)
+        keys = None if entry is None else entry[3]
+        if idempotency_key is not None and keys is not None and idempotency_key in keys:
+            return  # stored already: a retry
+        if follows is not None and (keys is None or follows not in keys):
+            raise ConversationCleared(
+                f"conversation {conv} no longer holds the batch {follows!r} this write "
+                "follows: it was cleared since; nothing was stored"
+            )
+        pins: tuple[int, ...] = ()
+        pinned_count = 0
         if entry is None:
-            self.table[key] = (list(batch), len(batch))
-            return
-        messages, n = entry
-        # Readers hold (messages, n) and never look past n, so extending in place is safe;
-        # a new tuple publishes the longer snapshot in one step.
-        del messages[n:]
+            messages: list[dict[str, Any]] = []
+            n = 0
+        else:
+            messages, n, pins, _, pinned_count = entry
+            # Readers hold (messages, n) and never look past n, so extending in place is
+            # safe; a new tuple publishes the longer snapshot in one step.
+            del messages[n:]
         messages.extend(batch)
-        self.table[key] = (messages, n + len(batch))
+        pins = _pins_after(messages, pins, n)
+        pinned_count += sum(1 for m in batch if is_pinned(m))
+        if idempotency_key is not None:
+            if keys is None:
+                keys = {}
+            keys[idempotency_key] = n
+            if len(keys) > KEYS_KEPT:
+                del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
+        self.table[key] = (messages, n + len(batch), pins, keys, pinned_count)
+
+
+def _pins_after(messages: list[dict[str, Any]], pins: tuple[int, ...], old: int) -> tuple[int, ...]:
+    """The pinned positions once ``messages[old:]`` were added: a new summary replaces the
+    one indexed before it."""
+    added = [p for p in range(old, len(messages)) if is_pinned(messages[p])]
+    if not added:
+        return pins
+    kept = list(pins)
+    for position in added:
+        if is_summary(messages[position]):
+            kept = [p for p in kept if not is_summary(messages[p])]
+        kept.append(position)
+    return tuple(kept)

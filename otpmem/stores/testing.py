@@ -13,7 +13,9 @@ fixture that yields a fresh, empty store and stops it afterwards::
             yield store
             store.stop()
 
-Stores that also offer ``export``/``import_``/``search`` are checked on those too.
+Stores that also offer ``export``/``import_``/``search`` are checked on those too. The
+suite covers the pinned index (``pinned``, ``window``) and idempotency keys (``add(...,
+idempotency_key=, follows=)``, ``key_position``) as well. It needs pytest.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 
 from ..messages import Conv, InvalidMessage
+from ._conformance import IdempotencyConformance, PinnedIndexConformance
 
 WAIT = 10.0
 
@@ -51,7 +54,7 @@ def tool(call_id: str, text: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
-class ChatMemoryConformance:
+class ChatMemoryConformance(PinnedIndexConformance, IdempotencyConformance):
     """Subclass with a ``store`` fixture; every test here must pass for any ChatMemory."""
 
     def test_unknown_conversation_is_empty(self, store: Any) -> None:

@@ -1,0 +1,172 @@
+"""The client side every store's handle shares, and the server's check of raw requests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, freeze_batch, short_repr
+from ._base import SearchHit, check_key
+from ._documents import export_document, import_key, parse_import, rank_matches, search_scope
+
+ImportEntry = tuple[Conv, list[FrozenDict], str | None]
+
+
+class StoreClient:
+    """The client side every store shares, written once: writes as calls to the server
+    (validated whole in the caller's thread first), and export, import and search over
+    the store's own reads.
+
+    A store's handle mixes this in before ``Handle`` and provides ``get`` and
+    ``conversations``; its server answers ``("add", conv, batch, key, follows)``,
+    ``("clear", conv)``, ``("forget_user", user_id)`` and ``("import", entries)``.
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def call(self, message: Any, timeout: float | None = 5.0) -> Any: ...
+
+    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def conversations(self, user_id: str | None = None) -> list[Conv]:
+        raise NotImplementedError
+
+    def add(
+        self,
+        conv: ConvLike,
+        messages: Sequence[Mapping[str, Any]],
+        idempotency_key: str | None = None,
+        *,
+        follows: str | None = None,
+        timeout: float | None = 10.0,
+    ) -> None:
+        """Append ``messages`` (all validated first, in this thread); returns once stored.
+
+        With ``idempotency_key``, a batch the conversation already holds under that key
+        stores nothing and returns normally (after a crash and a restart too), so a write
+        retried after an error is stored once. With ``follows``, the batch is stored only
+        while the batch keyed ``follows`` is still in the conversation; otherwise it
+        raises ``ConversationCleared`` and stores nothing.
+        """
+        key = as_conv(conv)
+        batch = freeze_batch(messages)
+        idempotency_key = check_key(idempotency_key)
+        follows = check_key(follows, "follows")
+        if not batch:
+            return
+        if idempotency_key is None and follows is None:
+            self.call(("add", key, batch), timeout)
+        else:
+            self.call(("add", key, batch, idempotency_key, follows), timeout)
+
+    def clear(self, conv: ConvLike, timeout: float | None = 30.0) -> None:
+        """Delete the conversation."""
+        self.call(("clear", as_conv(conv)), timeout)
+
+    def forget_user(self, user_id: str, timeout: float | None = 60.0) -> None:
+        """Delete every conversation of ``user_id``."""
+        if user_id is None:
+            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
+        self.call(("forget_user", check_user_id(user_id)), timeout)
+
+    def _import(self, parsed: list[tuple[Conv, list[FrozenDict]]], timeout: float | None) -> None:
+        entries: list[ImportEntry] = [
+            (conv, batch, import_key(batch) if batch else None) for conv, batch in parsed
+        ]
+        self.call(("import", entries), timeout)
+
+    def _scope(self, conv: ConvLike | None, user_id: str | None, all_users: bool) -> list[Conv]:
+        chosen = sum([conv is not None, user_id is not None, all_users])
+        if chosen != 1:
+            raise ValueError("name exactly one of: a conversation, user_id=..., all_users=True")
+        if conv is not None:
+            return [as_conv(conv)]
+        if user_id is not None:
+            return [c for c in self.conversations(check_user_id(user_id)) if c.user_id == user_id]
+        return self.conversations()
+
+    def export(
+        self, conv: ConvLike | None = None, *, user_id: str | None = None, all_users: bool = False
+    ) -> dict[str, Any]:
+        """Export one conversation, one user's, or everything (``all_users=True``) as JSON data."""
+        return export_document((c, self.get(c)) for c in self._scope(conv, user_id, all_users))
+
+    def import_(self, data: object, timeout: float | None = 30.0) -> int:
+        """Append an ``export()`` document, all or nothing; return how many messages it held.
+
+        Each conversation of the document is keyed by a digest of its messages, so the same
+        document imported twice is stored once.
+        """
+        parsed = parse_import(data)
+        self._import(parsed, timeout)
+        return sum(len(messages) for _, messages in parsed)
+
+    def search(
+        self,
+        query: str,
+        user_id: str | None = None,
+        conv: ConvLike | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Case-insensitive text search within one tenant, most matches first, then newest.
+
+        The scope is ``user_id``'s conversations (None: those that belong to no user), or
+        just ``conv``; no search ever reads another user's messages.
+        """
+        owner, only = search_scope(user_id, conv)
+        scope = (
+            [only]
+            if only is not None
+            else [c for c in self.conversations(owner) if c.user_id == owner]
+        )
+        return rank_matches(query, ((c, self.get(c)) for c in scope), limit)
+
+
+def parse_request(message: object, store: str) -> tuple[str, Any]:
+    """Check a raw store call and normalise its argument; ``ValueError`` names what is wrong.
+
+    Handles validate in the caller's thread; this is the server's own check, so a raw
+    ``call`` with garbage gets an error back and never crashes the store or touches data.
+    An ``add`` normalises to ``(conv, batch, key, follows)``, an ``import`` to a list of
+    ``(conv, batch, key)``.
+    """
+    if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
+        raise ValueError(f"{store} does not understand {short_repr(message)}")
+    kind, args = message[0], message[1:]
+    arities = {"add": (2, 4), "clear": (1,), "forget_user": (1,), "import": (1,)}
+    arity = arities.get(kind, (0,))
+    if len(args) not in arity:
+        raise ValueError(
+            f"{store}: {short_repr(kind)} takes {' or '.join(map(str, arity))} argument(s), "
+            f"got {short_repr(message)}"
+        )
+    if kind == "add":
+        key, follows = (args[2], args[3]) if len(args) == 4 else (None, None)
+        return kind, (
+            as_conv(args[0]),
+            freeze_batch(args[1]),
+            check_key(key),
+            check_key(follows, "follows"),
+        )
+    if kind == "clear":
+        return kind, as_conv(args[0])
+    if kind == "forget_user":
+        if not isinstance(args[0], str) or not args[0]:
+            raise ValueError(
+                f"{store}: forget_user needs a non-empty str user_id, got {short_repr(args[0])}"
+            )
+        return kind, args[0]
+    if kind == "import":
+        entries = args[0]
+        if not isinstance(entries, list) or not all(
+            isinstance(e, tuple) and len(e) in (2, 3) for e in entries
+        ):
+            raise ValueError(f"{store}: import takes a list of (conv, messages[, key]) entries")
+        return kind, [
+            (as_conv(e[0]), freeze_batch(e[1]), check_key(e[2]) if len(e) == 3 else None)
+            for e in entries
+        ]
+    return kind, None

@@ -1,0 +1,161 @@
+"""Opening a LevelDB store's directory: the lock, clear errors, and the key layout's version.
+
+A directory written by wave 1 (layout 1: messages and meta only) is brought to layout 2 on
+its first open, once: its pinned index is built from the messages, so no stored system
+message goes missing from a window.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgpack
+import plyvel
+
+from ..actors import NoProcess, sleep
+from ..messages import Conv, is_pinned, is_summary
+from . import _leveldb_keys as keys
+from ._base import StoreCorrupt, StoreLocked, StoreUnavailable
+
+logger = logging.getLogger("otpmem.stores")
+
+LOCK_RETRY = 0.01
+_LOCK_ERROR = re.compile(
+    r"^IO error: lock .*: (already held by process|Resource temporarily unavailable)$"
+)
+_MIGRATION_BATCH = 10_000
+
+
+class ReadGate:
+    """Lets reader threads use the DB while it is open, and close wait for them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self.closed = False
+
+    @contextmanager
+    def reading(self, owner: object) -> Iterator[None]:
+        with self._cond:
+            if self.closed:
+                raise NoProcess(owner)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.wait_for(lambda: self._readers == 0)
+
+
+def error_text(exc: BaseException) -> str:
+    # plyvel's errors carry LevelDB's message as bytes.
+    first = exc.args[0] if exc.args else ""
+    return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
+
+
+def open_db(path: str, lock_timeout: float, create: bool) -> Any:
+    if not create and not os.path.exists(os.path.join(path, "CURRENT")):
+        raise StoreUnavailable(f"there is no LevelDB store at {path!r}")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise StoreUnavailable(
+            f"cannot create the store directory {path!r}: {exc.strerror}"
+        ) from exc
+    deadline = time.monotonic() + lock_timeout
+    while True:
+        try:
+            return plyvel.DB(path, create_if_missing=create)
+        except plyvel.CorruptionError as exc:
+            raise StoreCorrupt(
+                f"the LevelDB store at {path!r} is corrupt ({error_text(exc)}); back it up, "
+                f"then try plyvel.repair_db({path!r})"
+            ) from exc
+        except plyvel.IOError as exc:
+            text = error_text(exc)
+            # LevelDB says "IO error: lock <path>/LOCK: already held by process" (another
+            # DB in this process) or "...: Resource temporarily unavailable" (another process).
+            if _LOCK_ERROR.match(text):
+                if time.monotonic() < deadline:
+                    sleep(LOCK_RETRY)  # another process's lock has no event to wait on
+                    continue
+                raise StoreLocked(
+                    f"the LevelDB store at {path!r} is locked by another process (or a store "
+                    f"there did not exit) after waiting {lock_timeout} s"
+                ) from exc
+            raise StoreUnavailable(f"cannot open the LevelDB store at {path!r}: {text}") from exc
+        except plyvel.Error as exc:
+            raise StoreCorrupt(
+                f"cannot open the LevelDB store at {path!r}: {error_text(exc)}"
+            ) from exc
+
+
+def ensure_layout(db: Any, path: str) -> None:
+    """Check the directory's key layout; bring a wave-1 store to the current one."""
+    raw = db.get(keys.VERSION)
+    if raw is not None:
+        version = int(raw)
+        if version > keys.LAYOUT_VERSION:
+            raise StoreUnavailable(
+                f"the LevelDB store at {path!r} has key layout {version}, written by a newer "
+                f"otpmem; this one reads layouts up to {keys.LAYOUT_VERSION}"
+            )
+        return
+    with db.iterator(prefix=keys.META, include_value=False) as it:
+        empty = next(it, None) is None
+    if not empty:
+        _build_pinned_index(db, path)
+    db.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode(), sync=True)
+
+
+def _build_pinned_index(db: Any, path: str) -> None:
+    started = time.monotonic()
+    summaries: dict[Conv, int] = {}
+    pinned_counts: dict[Conv, int] = {}
+    batch = db.write_batch()
+    pending = indexed = 0
+    for key, value in db.iterator(prefix=keys.MESSAGE):
+        message = msgpack.unpackb(value, raw=False)
+        if not is_pinned(message):
+            continue
+        conv, seq = keys.decode_conv(key), keys.seq_of(key)
+        pinned_counts[conv] = pinned_counts.get(conv, 0) + 1
+        pinned_prefix = keys.conv_prefix(keys.PINNED, conv)
+        if is_summary(message):
+            older = summaries.get(conv)
+            if older is not None:
+                batch.delete(keys.message_key(pinned_prefix, older))
+            summaries[conv] = seq
+        batch.put(keys.message_key(pinned_prefix, seq), value)
+        indexed += 1
+        pending += 1
+        if pending >= _MIGRATION_BATCH:
+            batch.write()
+            batch, pending = db.write_batch(), 0
+    for meta_key, raw in db.iterator(prefix=keys.META):
+        conv = keys.decode_conv(meta_key)
+        next_seq, count = msgpack.unpackb(raw)[:2]
+        meta = [next_seq, count, 0, summaries.get(conv, -1), pinned_counts.get(conv, 0)]
+        batch.put(meta_key, msgpack.packb(meta))
+    batch.write()
+    logger.info(
+        "LevelDB store %s: built the pinned index of a layout-1 store (%d pinned messages) "
+        "in %.2f s",
+        path,
+        indexed,
+        time.monotonic() - started,
+    )
