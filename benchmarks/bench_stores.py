@@ -43,7 +43,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -345,15 +345,26 @@ class BigDB(NamedTuple):
     build_s: float
 
 
-def write_conversation(db: Any, conv: Conv, packed: list[bytes], n: int) -> None:
-    """Write n messages (cycling ``packed``) and the meta key of ``conv``, unsynced batches."""
+def write_conversation(
+    db: Any, conv: Conv, packed: list[bytes], n: int, pinned: Sequence[bytes] = ()
+) -> None:
+    """Write ``pinned`` (system messages, indexed as pinned) then n messages cycling
+    ``packed``, and the meta key of ``conv``, in the store's layout, unsynced batches."""
     prefix = keys.conv_prefix(keys.MESSAGE, conv)
+    index = keys.conv_prefix(keys.PINNED, conv)
+    with db.write_batch() as batch:
+        for seq, value in enumerate(pinned):
+            batch.put(keys.message_key(prefix, seq), value)
+            batch.put(keys.message_key(index, seq), value)
     step = 10_000
+    first = len(pinned)
     for start in range(0, n, step):
         with db.write_batch() as batch:
-            for seq in range(start, min(n, start + step)):
-                batch.put(keys.message_key(prefix, seq), packed[seq % len(packed)])
-    db.put(keys.conv_prefix(keys.META, conv), msgpack.packb([n, n]))
+            for i in range(start, min(n, start + step)):
+                batch.put(keys.message_key(prefix, first + i), packed[i % len(packed)])
+    total = first + n
+    db.put(keys.conv_prefix(keys.META, conv), msgpack.packb([total, total, 0, -1, first]))
+    db.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode())
 
 
 def build_big_db(path: Path, n: int) -> BigDB:

@@ -1,7 +1,8 @@
 """Agents: LLM tool loops as supervised servers over conversation memory."""
 
 from ._config import MEMORY_FORMS, Callbacks, ConversationBusy, resolve_memory
-from .agent import Agent, AgentHandle, TurnFailed, TurnResult
+from .agent import Agent, AgentHandle, TurnResult
+from .errors import TurnCleared, TurnFailed, TurnIdReused
 
 __all__ = [
     "MEMORY_FORMS",
@@ -9,7 +10,9 @@ __all__ = [
     "AgentHandle",
     "Callbacks",
     "ConversationBusy",
+    "TurnCleared",
     "TurnFailed",
+    "TurnIdReused",
     "TurnResult",
     "resolve_memory",
 ]

@@ -4,7 +4,8 @@ A turn, in beamai's order (read-your-writes throughout): load history, heal any 
 tool calls a failed turn left, store the user message, then repeat prepare -> model ->
 store the assistant message (its text kept beside any tool calls) -> run the tools -> store
 their results (with ``name``), until the model answers. Writes are incremental, so a turn
-that fails leaves a valid history behind it.
+that fails leaves a valid history behind it; each is keyed by the turn's id and step, so a
+turn retried with its ``turn_id`` continues from what it stored and stores nothing twice.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ from ._config import (
     writer_key,
     writers,
 )
+from ._turn import TurnWriter, check_retry, check_turn_id, takes_keys
+from .errors import TurnFailed, TurnIdReused
 
 RUN_TIMEOUT = 300.0
-
-
-class TurnFailed(RuntimeError):
-    """A turn could not finish (model error, too many tool rounds); history stays valid."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +51,16 @@ class AgentHandle(Handle):
 
     __slots__ = ()
 
-    def run(self, text: str, timeout: float | None = RUN_TIMEOUT) -> TurnResult:
-        """Run one turn with user message ``text``; ``TurnFailed`` if it cannot finish."""
-        result: TurnResult = self.call(("run", text), timeout)
+    def run(
+        self, text: str, timeout: float | None = RUN_TIMEOUT, turn_id: str | None = None
+    ) -> TurnResult:
+        """Run one turn with user message ``text``; ``TurnFailed`` if it cannot finish.
+
+        Give a ``turn_id`` to make the turn safe to retry: run again with the same id after
+        ``ServerExited`` or ``CallTimeout``, the turn continues from what it stored (a turn
+        that finished answers again without calling the model) and stores nothing twice.
+        """
+        result: TurnResult = self.call(("run", text, check_turn_id(turn_id)), timeout)
         return result
 
     def messages(self, timeout: float | None = 5.0) -> list[dict[str, Any]]:
@@ -169,28 +175,29 @@ class Agent(GenServer):
 
     # -- a turn -----------------------------------------------------------------------------
 
-    def _turn(self, text: Any) -> TurnResult:
+    def _turn(self, text: Any, turn_id: Any = None) -> TurnResult:
         if not isinstance(text, str) or not text:
             raise ValueError(f"run needs a non-empty str, got {short_repr(text)}")
+        turn_id = check_turn_id(turn_id) or uuid.uuid4().hex
         config = self.config
         meta = {
             "agent_name": config.agent_name,
             "agent_pid": self.pid,
             "conversation": config.conv,
             "turn_count": self.turns,
-            "run_id": uuid.uuid4().hex,
+            "run_id": turn_id,
         }
         config.callbacks.fire("on_turn_start", meta)
         key = self._claim_writer()
         try:
             try:
-                result = self._loop(text, meta)
+                result = self._loop(text, meta, turn_id)
             finally:
                 if key is not None:
                     writers.release(key)
         except Exception as exc:
             config.callbacks.fire("on_turn_error", meta, exc)
-            if isinstance(exc, TurnFailed | InvalidMessage):
+            if isinstance(exc, TurnFailed | InvalidMessage | TurnIdReused):
                 raise
             raise TurnFailed(f"the turn failed: {exc}") from exc
         self.turns += 1
@@ -210,47 +217,65 @@ class Agent(GenServer):
             )
         return key
 
-    def _loop(self, text: str, meta: dict[str, Any]) -> TurnResult:
+    def _loop(self, text: str, meta: dict[str, Any], turn_id: str) -> TurnResult:
         config = self.config
         provider, conv, kernel = config.provider, config.conv, config.kernel
-        history = provider.history(conv) if provider is not None else []
-        healed = _dangling(history)
-        added: list[dict[str, Any]] = []
-        if healed:
+        writer = TurnWriter(provider, conv, turn_id, config.keyed)
+        earlier = writer.earlier()
+        if earlier is None:
+            history = provider.history(conv) if provider is not None else []
+            healed = [call_id for call_id, _ in _dangling(history)]
             repairs = [
                 {"role": "tool", "tool_call_id": call_id, "name": name, "content": CANCELLED}
-                for call_id, name in healed
+                for call_id, name in _dangling(history)
             ]
-            self._store(repairs, history, added)
-        self._store([{"role": "user", "content": text}], history, added)
+            added: list[dict[str, Any]] = [*repairs, {"role": "user", "content": text}]
+            writer.store(added)
+            history.extend(added)
+        else:
+            healed = check_retry(earlier, text, turn_id)
+            assert provider is not None  # earlier() found the turn in the provider's store
+            history = provider.history(conv)  # the newest messages: the turn's own among them
+            added = list(earlier)
         context = Context(conversation_id=conv)
-        calls = 0
-        for iteration in range(1, kernel.max_tool_iterations + 1):
+        iterations = sum(1 for m in added if m.get("role") == "assistant")
+        calls = sum(1 for m in added if m.get("role") == "tool") - len(healed)
+        response: ChatResponse | None = None
+        while True:
+            last = added[-1]
+            if last.get("role") == "assistant" and last.get("tool_calls"):
+                results = []
+                for call in last["tool_calls"]:
+                    config.callbacks.fire("on_tool_call", meta, call)
+                    result = kernel.run_tool(call, context)
+                    config.callbacks.fire("on_tool_result", meta, result)
+                    results.append(result)
+                calls += len(results)
+                self._store(writer, results, history, added)
+                continue
+            answered = response is not None and not response.tool_calls  # empty: not stored
+            if last.get("role") == "assistant" or answered:
+                if response is None:  # finished by an earlier attempt: answer from the store
+                    response = ChatResponse(content=last.get("content"))
+                return TurnResult(response.content, added, response, iterations, calls, healed)
+            if iterations >= kernel.max_tool_iterations:
+                raise TurnFailed(str(MaxToolIterations(kernel.max_tool_iterations, calls)))
+            iterations += 1
             to_send = provider.prepare(conv, history) if provider is not None else list(history)
             config.callbacks.fire("on_model_call", meta, to_send)
             response, context = kernel.chat(to_send, context, config.system_prompt)
             config.callbacks.fire("on_model_result", meta, response)
             if response.content is not None or response.tool_calls:
-                self._store([response.to_message()], history, added)
-            if not response.tool_calls:
-                return TurnResult(
-                    response.content, added, response, iteration, calls, [c for c, _ in healed]
-                )
-            results = []
-            for call in response.tool_calls:
-                config.callbacks.fire("on_tool_call", meta, call)
-                result = kernel.run_tool(call, context)
-                config.callbacks.fire("on_tool_result", meta, result)
-                results.append(result)
-            calls += len(results)
-            self._store(results, history, added)
-        raise TurnFailed(str(MaxToolIterations(kernel.max_tool_iterations, calls)))
+                self._store(writer, [response.to_message()], history, added)
 
+    @staticmethod
     def _store(
-        self, messages: list[dict[str, Any]], history: list[Any], added: list[dict[str, Any]]
+        writer: TurnWriter,
+        messages: list[dict[str, Any]],
+        history: list[Any],
+        added: list[dict[str, Any]],
     ) -> None:
-        if self.config.provider is not None:
-            self.config.provider.append(self.config.conv, messages)
+        writer.store(messages)
         history.extend(messages)
         added.extend(messages)
 
@@ -271,9 +296,10 @@ def _configure(
     agent_name: str = "agent",
 ) -> _Config:
     """Every start argument checked and built, before any process exists."""
+    provider = resolve_memory(memory)
     config = _Config(
         kernel=Kernel(llm, filters, tools, max_tool_iterations),
-        provider=resolve_memory(memory),
+        provider=provider,
         conv=as_conv(
             Conv(check_user_id(user_id), conversation_id or f"conv-{uuid.uuid4().hex[:16]}")
         ),
@@ -282,6 +308,7 @@ def _configure(
         on_busy=_check_busy(on_busy),
         busy_timeout=busy_timeout,
         agent_name=agent_name,
+        keyed=takes_keys(provider),
     )
     if config.provider is not None and config.kernel.memory is not None:
         raise ValueError(
@@ -301,6 +328,7 @@ class _Config:
     on_busy: str
     busy_timeout: float
     agent_name: str
+    keyed: bool = False
 
 
 def _dangling(history: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:

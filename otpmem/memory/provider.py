@@ -207,7 +207,13 @@ class PipelineProvider:
         self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]
     ) -> list[Mapping[str, Any]]:
         """Run the pipeline; nothing is stored (a new summary waits for the next append)."""
-        return self.explain(conv, messages, keep_summary=True).messages
+        key = as_conv(conv)
+
+        def keep(summary: dict[str, Any]) -> None:
+            self._pending[key] = summary
+
+        # run, not explain: the report's token accounting would cost more than the pipeline
+        return self.pipeline.run(messages, key, keep, offset=getattr(messages, "offset", 0))
 
     def explain(
         self,

@@ -1,0 +1,115 @@
+"""A turn's writes, keyed so that a retried turn stores nothing twice.
+
+Every batch a turn stores is keyed ``turn:<turn_id>:<step>`` (step 0: the user message and
+any repairs of a crashed turn before it; then each model answer and each round of tool
+results). A turn retried with the same ``turn_id`` after ``ServerExited`` or
+``CallTimeout`` finds the batches its first attempt stored and continues after them; and
+every batch after the first is stored only while the first is still there, so a turn whose
+conversation was cleared under it cannot bring the conversation back.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..memory import CANCELLED, MemoryProvider
+from ..messages import Conv, short_repr
+from ..stores import ConversationCleared
+from .errors import TurnCleared, TurnIdReused
+
+MAX_TURN_ID = 200
+
+
+def check_turn_id(turn_id: object) -> str | None:
+    """``turn_id`` if it is None or a non-empty str of at most 200 characters."""
+    if turn_id is None:
+        return None
+    if not isinstance(turn_id, str) or not turn_id or len(turn_id) > MAX_TURN_ID:
+        raise ValueError(
+            f"turn_id must be None or a non-empty str of at most {MAX_TURN_ID} characters, "
+            f"got {short_repr(turn_id)}"
+        )
+    return turn_id
+
+
+def takes_keys(provider: MemoryProvider | None) -> bool:
+    """Whether ``provider.append`` takes ``idempotency_key`` and ``follows`` (ours do)."""
+    if provider is None:
+        return False
+    try:
+        parameters = inspect.signature(provider.append).parameters
+    except (TypeError, ValueError):
+        return False
+    return "idempotency_key" in parameters and "follows" in parameters
+
+
+class TurnWriter:
+    """Stores one turn's batches through the provider, each under its step's key."""
+
+    def __init__(
+        self, provider: MemoryProvider | None, conv: Conv, turn_id: str, keyed: bool
+    ) -> None:
+        self.provider = provider
+        self.conv = conv
+        self.turn_id = turn_id
+        self.keyed = keyed
+        self.step = 0
+
+    def key(self, step: int) -> str:
+        """The idempotency key of the turn's batch ``step``."""
+        return f"turn:{self.turn_id}:{step}"
+
+    def store(self, messages: list[dict[str, Any]]) -> None:
+        """Store the next batch; ``TurnCleared`` if the conversation was cleared meanwhile."""
+        provider = self.provider
+        if provider is None:
+            return
+        if not self.keyed:
+            provider.append(self.conv, messages)
+            return
+        follows = None if self.step == 0 else self.key(0)
+        try:
+            provider.append(  # type: ignore[call-arg]
+                self.conv, messages, idempotency_key=self.key(self.step), follows=follows
+            )
+        except ConversationCleared as exc:
+            raise TurnCleared(
+                f"conversation {self.conv} was cleared while turn {self.turn_id!r} ran; "
+                "the turn's remaining writes were refused"
+            ) from exc
+        self.step += 1
+
+    def earlier(self) -> list[dict[str, Any]] | None:
+        """What an earlier attempt of this turn stored (its messages, oldest first), or
+        None if no attempt stored anything; the next step continues after it."""
+        store = getattr(self.provider, "store", None)
+        if not self.keyed or store is None or not hasattr(store, "key_position"):
+            return None
+        start = store.key_position(self.conv, self.key(0))
+        if start is None:
+            return None
+        steps = 1
+        while store.key_position(self.conv, self.key(steps)) is not None:
+            steps += 1
+        self.step = steps
+        stored: list[dict[str, Any]] = store.get(self.conv, last=store.count(self.conv) - start)
+        return stored
+
+
+def check_retry(earlier: Sequence[Mapping[str, Any]], text: str, turn_id: str) -> list[str]:
+    """Refuse a turn id reused for another message; return the calls the turn healed."""
+    for index, message in enumerate(earlier):
+        if message.get("role") == "user":
+            if message.get("content") != text:
+                raise TurnIdReused(
+                    f"turn_id {turn_id!r} was used for another message "
+                    f"({short_repr(message.get('content'))}), not {short_repr(text)}"
+                )
+            return [
+                str(m.get("tool_call_id"))
+                for m in earlier[:index]
+                if m.get("role") == "tool" and m.get("content") == CANCELLED
+            ]
+    raise TurnIdReused(f"turn_id {turn_id!r} names a turn that stored no user message")
