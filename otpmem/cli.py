@@ -182,9 +182,11 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print("\n".join(report.lines()))
         if report.ok:
-            print("OK: every acknowledged message is in the store")
+            print("OK: every acknowledged message is in the store, once")
         elif report.lost:
             print("LOST: acknowledged messages are missing from the store")
+        elif report.duplicated and report.complete:
+            print("DUPLICATED: the store holds messages no acknowledged turn accounts for")
         else:
             print("INCOMPLETE: the run did not finish every turn (see the errors above)")
     return 0 if report.ok else EXIT_LOST

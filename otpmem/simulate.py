@@ -4,8 +4,10 @@ Supervised agents hold conversations on the default store (LevelDB under the run
 directory) while faults are injected into the store and the agents. Every turn that an
 agent acknowledges is written to a ledger (``ledger.jsonl``, fsynced) that the store never
 sees; at the end every conversation is read back and every acknowledged message must be
-there, in order. A run killed with SIGKILL can be resumed: the ledger says where each agent
-was, and the audit covers both runs.
+there, in order, and nothing else: every turn is retried with the same turn id after a
+fault, so each message is stored exactly once (``messages stored == messages acked``). A run
+killed with SIGKILL can be resumed: the ledger says where each agent was, the turn in flight
+continues from what it stored, and the audit covers both runs.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class SimulationReport:
     restarts: int
     seconds: float
     resumed_from: int = 0
+    duplicated: int = 0
     lost_examples: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -80,8 +83,8 @@ class SimulationReport:
 
     @property
     def ok(self) -> bool:
-        """True when every acknowledged message is in the store and every turn was done."""
-        return self.lost == 0 and self.complete and not self.errors
+        """True when every turn was done and every acknowledged message is stored, once."""
+        return self.lost == 0 and self.duplicated == 0 and self.complete and not self.errors
 
     def lines(self) -> list[str]:
         """The report, as printed by ``otpmem simulate``."""
@@ -96,6 +99,7 @@ class SimulationReport:
             f"faults injected:   {sum(self.faults.values())} ({injected})",
             f"restarts:          {self.restarts} (by the supervisors)",
             f"messages lost:     {self.lost}",
+            f"messages extra:    {self.duplicated} (stored, but in no acknowledged turn)",
             f"throughput:        {rate:.1f} turns/s over {self.seconds:.1f} s",
         ]
         lines += [f"  lost: {example}" for example in self.lost_examples]
@@ -248,9 +252,12 @@ class Simulation:
     def _turn(self, i: int, turn: int) -> list[dict[str, Any]]:
         agent = AgentHandle.named(_agent_name(i))
         text = f"agent {i} turn {turn}: {turn}+{i}?" if turn % 3 == 0 else f"agent {i} turn {turn}"
+        # The same turn id on every attempt, in this run and a resumed one: a retry continues
+        # from what an earlier attempt stored and stores nothing twice.
+        turn_id = f"{_conv_id(i)}:{turn}"
         for _attempt in range(200):
             try:
-                return agent.run(text, timeout=60.0).messages
+                return agent.run(text, timeout=60.0, turn_id=turn_id).messages
             except Retryable:
                 time.sleep(0.005)  # a store or agent is restarting: give it a moment
         raise RuntimeError(f"agent {i} could not finish turn {turn} in 200 attempts")
@@ -326,6 +333,7 @@ class Simulation:
             messages_acknowledged=acknowledged,
             messages_stored=stored,
             lost=lost,
+            duplicated=stored - (acknowledged - lost),
             faults=dict(self._faults),
             restarts=self._restarts,
             seconds=seconds,
