@@ -9,6 +9,7 @@ from .embedders import (
 from .fusion import RRF_K, Hit
 from .hybrid import HybridProvider
 from .index import RecallIndex, RecallIndexHandle, ranked_search
+from .openai_embedder import OpenAIEmbedder
 
 __all__ = [
     "RRF_K",
@@ -17,6 +18,7 @@ __all__ = [
     "HashingEmbedder",
     "Hit",
     "HybridProvider",
+    "OpenAIEmbedder",
     "RecallIndex",
     "RecallIndexHandle",
     "SentenceTransformerEmbedder",
