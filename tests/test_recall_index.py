@@ -383,3 +383,30 @@ def test_a_big_catch_up_runs_off_the_schedulers(
     finally:
         remove_hog_listener(reports.append)
         index.stop()
+
+
+class _FakeModel:
+    """Stands in for a sentence-transformers model: 3-d vectors from text lengths."""
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return 3
+
+    def encode(self, texts: list[str], batch_size: int, normalize_embeddings: bool) -> Any:
+        assert normalize_embeddings
+        return [[len(t), 1.0, 0.0] for t in texts]
+
+
+def test_a_local_model_loads_only_from_a_directory_that_exists(tmp_path: Path) -> None:
+    from otpmem.memory.recall import EmbedderError, SentenceTransformerEmbedder
+
+    with pytest.raises(EmbedderError, match="never downloads"):
+        SentenceTransformerEmbedder(tmp_path / "missing")
+    loaded: list[str] = []
+
+    def loader(path: str) -> _FakeModel:
+        loaded.append(path)
+        return _FakeModel()
+
+    embedder = SentenceTransformerEmbedder(tmp_path, loader=loader)
+    assert loaded == [str(tmp_path)] and embedder.dim == 3
+    assert [v.tolist() for v in embedder.embed(["ab"])] == [[2.0, 1.0, 0.0]]
