@@ -280,6 +280,11 @@ class SpyStore:
     def forget_user(self, user_id: str) -> None:
         self.inner.forget_user(user_id)
 
+    def __getattr__(self, name: str) -> Any:
+        # Whatever else a store offers (and the ChatMemory protocol asks for) is the inner
+        # store's: only the reads above are watched.
+        return getattr(self.inner, name)
+
 
 ADVERSARIAL_IDS = ["a", "a:b", "a\x00", "A", "\uff41", "a b", "../a", "a" * 300, "'; DROP", "null"]
 
