@@ -109,6 +109,11 @@ def test_clear_export_and_import() -> None:
         assert second.import_(document) == 2
         assert second.import_([user("three")]) == 1
         assert [m["content"] for m in second.get_all()] == ["one", "two", "three"]
+        with pytest.raises(InvalidMessage, match="not an otpmem export"):
+            second.import_({"format": "bx-ai", "messages": []})
+        with pytest.raises(InvalidMessage):
+            second.import_({**document, "conversations": [{"messages": [{"role": "x"}]}]})
+        assert second.count() == 3  # a bad document stores nothing
         first.clear()
         assert first.is_empty()
         assert first.index is not None and first.index.stats()["documents"] == 0

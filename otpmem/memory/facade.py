@@ -29,8 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..messages import Conv, ConvLike, InvalidMessage, as_conv, check_user_id, short_repr
-from ..stores import ChatMemory, LevelDBStore, MemoryStore
-from ..stores._base import parse_import
+from ..stores import EXPORT_FORMAT, EXPORT_VERSION, ChatMemory, LevelDBStore, MemoryStore
 from .pipeline import Pipeline
 from .provider import DefaultProvider, MemoryProvider, PipelineProvider
 from .recall import Embedder, Hit, HybridProvider, RecallIndex, RecallIndexHandle, ranked_search
@@ -156,11 +155,7 @@ class Memory:
     def import_(self, data: Any) -> int:
         """Append messages from an ``export()`` document (every conversation in it) or a
         list of messages, all validated first; return how many were added."""
-        batch: list[Mapping[str, Any]]
-        if isinstance(data, Mapping):
-            batch = [m for _, messages in parse_import(data) for m in messages]
-        else:
-            batch = list(_messages(data))
+        batch = _document_messages(data) if isinstance(data, Mapping) else _messages(data)
         if batch:
             self.store.add(self.conv, batch)
         return len(batch)
@@ -226,9 +221,17 @@ class Memory:
         exporter: Callable[..., dict[str, Any]] | None = getattr(self.store, "export", None)
         if exporter is not None:
             return exporter(self.conv)
-        from ..stores._base import export_document
-
-        return export_document([(self.conv, self.get_all())])
+        return {
+            "format": EXPORT_FORMAT,
+            "version": EXPORT_VERSION,
+            "conversations": [
+                {
+                    "user_id": self.conv.user_id,
+                    "conversation_id": self.conv.conversation_id,
+                    "messages": self.get_all(),
+                }
+            ],
+        }
 
     def context(self) -> list[Mapping[str, Any]]:
         """What the provider would send to a model now: ``prepare(history)``."""
@@ -249,6 +252,25 @@ def _messages(item: Any) -> list[dict[str, Any]]:
     raise InvalidMessage(
         f"add takes a str, a message dict or a list of them, got {type(item).__name__}"
     )
+
+
+def _document_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every message of an export document, in order (the store validates them on add)."""
+    if data.get("format") != EXPORT_FORMAT or data.get("version") != EXPORT_VERSION:
+        raise InvalidMessage(
+            f"not an otpmem export (format {EXPORT_FORMAT!r}, version {EXPORT_VERSION}): "
+            f"got {short_repr(data.get('format'))}, {short_repr(data.get('version'))}"
+        )
+    entries = data.get("conversations")
+    if not isinstance(entries, list):
+        raise InvalidMessage("'conversations' must be a list")
+    found: list[dict[str, Any]] = []
+    for i, entry in enumerate(entries):
+        messages = entry.get("messages") if isinstance(entry, Mapping) else None
+        if not isinstance(messages, list):
+            raise InvalidMessage(f"conversations[{i}] needs a list of 'messages'")
+        found += messages
+    return found
 
 
 def _int(config: Mapping[str, Any], key: str, default: int | None, low: int) -> int | None:
