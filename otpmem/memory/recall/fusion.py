@@ -1,0 +1,117 @@
+"""Ranking: reciprocal-rank fusion of the lexical and the vector ranking, and filters.
+
+For a document d ranked r_lex(d) by BM25 and r_vec(d) by cosine (1 = best; a ranking
+counts only documents with a positive score there)::
+
+    fused(d) = (w_lex / (K + r_lex(d)) + w_vec / (K + r_vec(d))) / ((w_lex + w_vec) / (K + 1))
+
+with K = 60 (Cormack et al.'s constant) and a term left out where d is not ranked (BM25
+0, or a cosine under the embedder's noise floor). The
+denominator makes the best possible document (first in both) score exactly 1.0, so scores
+lie in (0, 1], compare within a call and across calls, and ``min_score`` has one meaning
+whatever the embedder. Ranks, not raw scores, are fused: BM25 is unbounded and cosine is
+not, and ranks need no calibration between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...messages import Conv, short_repr
+
+RRF_K = 60
+
+Filter = Mapping[str, Any] | Callable[[Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One recalled message: the message, its fused score in (0, 1], where it is."""
+
+    message: dict[str, Any]
+    score: float
+    conv: Conv
+    position: int
+
+
+def ranks(scores: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    """Each document's 1-based rank by ``scores`` (0 where its score is not positive).
+
+    Ties go to the newer document (the higher number): recency breaks what text cannot.
+    """
+    positive = np.flatnonzero(scores > 0)
+    order = positive[np.lexsort((-positive, -scores[positive]))]
+    result = np.zeros(len(scores), dtype=np.float64)
+    result[order] = np.arange(1, len(order) + 1)
+    return result
+
+
+def fused_scores(
+    rankings: list[tuple[npt.NDArray[np.float64], float]], k: int = RRF_K
+) -> npt.NDArray[np.float64]:
+    """Reciprocal-rank fusion of (ranks, weight) pairs, scaled so the best possible is 1."""
+    best = sum(weight for _, weight in rankings) / (k + 1)
+    total = np.zeros(len(rankings[0][0]), dtype=np.float64)
+    for ranked, weight in rankings:
+        total += np.where(ranked > 0, weight / (k + ranked), 0.0)
+    result: npt.NDArray[np.float64] = total / best
+    return result
+
+
+def best_first(scores: npt.NDArray[np.float64], floor: float, k: int | None = None) -> list[int]:
+    """Documents scoring above 0 and at least ``floor``, best first, newer first on ties;
+    only the best ``k`` of them when ``k`` is given (a partial sort: cheaper)."""
+    chosen = np.flatnonzero((scores > 0) & (scores >= floor))
+    if k is not None and len(chosen) > k:
+        # Keep every document tied with the k-th, so the tie rule still decides.
+        kth = np.partition(scores[chosen], len(chosen) - k)[len(chosen) - k]
+        chosen = chosen[scores[chosen] >= kth]
+    order: list[int] = chosen[np.lexsort((-chosen, -scores[chosen]))].tolist()
+    return order[:k] if k is not None else order
+
+
+def check_filter(given: object) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Turn ``filter=`` into a predicate; ``ValueError`` naming what is wrong.
+
+    A mapping matches roles and metadata fields: ``{"role": "user"}`` or ``{"role":
+    ["user", "assistant"]}``, and every other key ``k: v`` means ``metadata[k] == v``
+    (``v`` a list, tuple or set: ``metadata[k]`` is one of them). A callable gets the
+    message and returns whether it may be recalled.
+    """
+    if given is None:
+        return None
+    if callable(given):
+        return given
+    if not isinstance(given, Mapping):
+        raise ValueError(f"filter must be a dict or a callable, got {short_repr(given)}")
+    wanted: dict[str, tuple[Any, ...]] = {}
+    for key, value in given.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"filter keys must be non-empty str, got {short_repr(key)}")
+        choices = tuple(value) if isinstance(value, list | tuple | set | frozenset) else (value,)
+        if key == "role":
+            bad = [r for r in choices if r not in ("system", "user", "assistant", "tool")]
+            if bad:
+                raise ValueError(f"filter role {short_repr(bad[0])} is not a message role")
+        wanted[key] = choices
+
+    def matches(message: Mapping[str, Any]) -> bool:
+        metadata = message.get("metadata")
+        for key, choices in wanted.items():
+            if key == "role":
+                if message.get("role") not in choices:
+                    return False
+            elif (
+                not isinstance(metadata, Mapping)
+                or key not in metadata
+                or metadata[key] not in choices
+            ):
+                return False
+        return True
+
+    return matches

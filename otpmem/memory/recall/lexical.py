@@ -1,0 +1,125 @@
+"""BM25 over a growing set of documents: exact scores after every add and every delete.
+
+The formula is Lucene's (and bm25s's default, ``method="lucene"``), so the two agree to
+float precision on the same tokens (a test checks it against bm25s)::
+
+    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+    score(d, q) = sum over tokens t of q:  idf(t) * tf / (tf + k1 * (1 - b + b * |d| / avgdl))
+
+with N the live documents, df(t) the live documents holding t, |d| the document's length
+in tokens and avgdl the mean of |d| over live documents. bm25s bakes idf and avgdl into an
+eager matrix when it indexes a static corpus; a conversation grows by one message at a
+time, and a read must see every write, so here the statistics are kept as counts and the
+score is computed at query time from postings (``array`` buffers read by numpy without a
+copy). A deleted document leaves the statistics at once and its postings at the next
+``compact``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+TOKEN = re.compile(r"(?u)\b\w\w+\b")
+
+_LUCENE_STOP = (
+    "a an and are as at be but by for if in into is it no not of on or such that the "
+    "their then there these they this to was will with"
+)
+LUCENE_STOPWORDS = frozenset(_LUCENE_STOP.split())
+"""Lucene's English stop set, the one bm25s uses for ``stopwords="en"``."""
+
+_FUNCTION_WORDS = (
+    "about above after again against all am any because been before being below between "
+    "both can could did do does doing down during each few from further had has have "
+    "having he her here hers herself him himself his how i its itself just me more most my "
+    "myself nor now off once only other our ours ourselves out over own same she should so "
+    "some than those through too under until up very we were what when where which while "
+    "who whom why would you your yours yourself yourselves im ive id ill dont didnt doesnt "
+    "isnt wasnt cant thats whats"
+)
+STOPWORDS = LUCENE_STOPWORDS | frozenset(_FUNCTION_WORDS.split())
+"""Lucene's set and the other English function words ("what", "do", "my"...): they carry
+no topic. A question is mostly such words ("what do I do for a living?"); with Lucene's
+short list they match half the small talk of a conversation and crowd out the evidence
+(measured in benchmarks/bench_recall.py: recall@10 0.35 -> 0.38 for BM25 alone)."""
+
+
+def tokenize(text: str, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
+    """Lowercased words of two or more characters (bm25s's pattern), minus ``stopwords``;
+    apostrophes go first, so "I'm" is the stopword "im"."""
+    return [t for t in TOKEN.findall(text.lower().replace("'", "")) if t not in stopwords]
+
+
+class LexicalIndex:
+    """Documents are numbered 0, 1, 2... in the order added; ``remove`` takes one out.
+
+    ::
+
+        index = LexicalIndex()
+        index.add(tokenize("my sister lives in Lyon"))
+        ids, scores = index.scores(tokenize("where does my sister live"), np.ones(1, bool))
+    """
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+        self.postings: dict[str, tuple[array[int], array[float]]] = {}
+        self.df: Counter[str] = Counter()
+        self.lengths: array[float] = array("f")
+        self.live = 0
+        self.total_length = 0
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def add(self, tokens: Sequence[str]) -> int:
+        """Index one document; return its number."""
+        doc = len(self.lengths)
+        counts = Counter(tokens)
+        for term, tf in counts.items():
+            posting = self.postings.get(term)
+            if posting is None:
+                posting = self.postings[term] = (array("i"), array("f"))
+            posting[0].append(doc)
+            posting[1].append(tf)
+        self.df.update(counts.keys())
+        self.lengths.append(len(tokens))
+        self.live += 1
+        self.total_length += len(tokens)
+        return doc
+
+    def remove(self, tokens: Sequence[str]) -> None:
+        """Take a document (given by its tokens) out of the statistics; the caller masks it."""
+        self.df.subtract(set(tokens))
+        self.live -= 1
+        self.total_length -= len(tokens)
+
+    def scores(self, query: Iterable[str], alive: npt.NDArray[np.bool_]) -> npt.NDArray[np.float32]:
+        """BM25 of every document for ``query`` (0 for deleted ones and non-matches)."""
+        n = len(self.lengths)
+        out = np.zeros(n, dtype=np.float32)
+        if not self.live or not n:
+            return out
+        lengths = np.frombuffer(self.lengths, dtype=np.float32)
+        avgdl = self.total_length / self.live
+        norm = self.k1 * (1 - self.b + self.b * lengths / avgdl) if avgdl else None
+        for term in query:
+            posting = self.postings.get(term)
+            df = self.df.get(term, 0)
+            if posting is None or df <= 0:
+                continue
+            idf = math.log(1 + (self.live - df + 0.5) / (df + 0.5))
+            ids = np.frombuffer(posting[0], dtype=np.int32)
+            tfs = np.frombuffer(posting[1], dtype=np.float32)
+            assert norm is not None  # a posting means a token, so avgdl > 0
+            # A term's postings name each document once: plain fancy-index add is exact.
+            out[ids] += np.float32(idf) * tfs / (tfs + norm[ids])
+        out[~alive[:n]] = 0.0
+        return out

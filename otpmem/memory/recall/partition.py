@@ -1,0 +1,182 @@
+"""One tenant's slice of the index: its documents, lexical and vector, and what is indexed.
+
+A ``Partition`` holds every indexed message of one user (or of the conversations of no
+user): nothing in it belongs to anybody else, and a query reads one partition only, so a
+query cannot score, return or load another tenant's message. Documents are numbered in the
+order indexed; a conversation's documents are dropped together (tombstoned, then compacted
+once the dead outnumber the living).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from ...messages import Conv, text_of
+from .lexical import LexicalIndex, tokenize
+
+ROLES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
+
+
+def document_text(message: Mapping[str, Any]) -> str:
+    """What of a message is searchable: its text, and the names and arguments it calls."""
+    parts = [text_of(message)]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            parts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+    return " ".join(p for p in parts if p)
+
+
+def fingerprint(message: Mapping[str, Any]) -> bytes:
+    """A short digest of a whole message: how a cleared and rewritten conversation shows."""
+    try:
+        packed = msgpack.packb(message, use_bin_type=True)
+    except (TypeError, ValueError):
+        packed = repr(sorted(message.items())).encode()
+    return hashlib.blake2b(packed, digest_size=12).digest()
+
+
+@dataclass
+class ConvState:
+    """How much of one conversation is indexed: ``docs[i]`` is position i's document."""
+
+    slot: int
+    docs: list[int] = field(default_factory=list)
+    last: bytes | None = None
+
+    @property
+    def indexed(self) -> int:
+        """How many of the conversation's messages are indexed (positions 0..indexed-1)."""
+        return len(self.docs)
+
+
+class Partition:
+    """The documents of one tenant, scored together."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.lexical = LexicalIndex()
+        self.vectors = np.zeros((16, dim), dtype=np.float32)
+        self.alive = np.zeros(16, dtype=bool)
+        self.roles = np.zeros(16, dtype=np.int8)
+        self.doc_slot: array[int] = array("i")
+        self.doc_position: array[int] = array("i")
+        self.messages: list[Mapping[str, Any]] = []
+        self.convs: dict[Conv, ConvState] = {}
+        self.slots: list[Conv | None] = []
+        self.dead = 0
+
+    def __len__(self) -> int:
+        """Live documents."""
+        return len(self.messages) - self.dead
+
+    def append(
+        self,
+        conv: Conv,
+        messages: Sequence[Mapping[str, Any]],
+        tokens: Sequence[Sequence[str]],
+        vectors: npt.NDArray[np.float32],
+    ) -> None:
+        """Index ``messages`` as the next positions of ``conv``."""
+        if not messages:
+            return
+        state = self.convs.get(conv)
+        if state is None:
+            state = self.convs[conv] = ConvState(len(self.slots))
+            self.slots.append(conv)
+        start = len(self.messages)
+        self._reserve(start + len(messages))
+        self.vectors[start : start + len(messages)] = vectors
+        self.alive[start : start + len(messages)] = True
+        for i, (message, words) in enumerate(zip(messages, tokens, strict=True)):
+            doc = self.lexical.add(words)
+            assert doc == start + i
+            self.roles[doc] = ROLES.get(str(message.get("role")), -1)
+            self.doc_slot.append(state.slot)
+            self.doc_position.append(state.indexed)
+            self.messages.append(message)
+            state.docs.append(doc)
+        state.last = fingerprint(messages[-1])
+
+    def drop(self, conv: Conv) -> None:
+        """Forget every document of ``conv``."""
+        state = self.convs.pop(conv, None)
+        if state is None:
+            return
+        self.slots[state.slot] = None
+        for doc in state.docs:
+            self.alive[doc] = False
+            self.lexical.remove(tokenize(document_text(self.messages[doc])))
+        self.dead += len(state.docs)
+        if self.dead > len(self) and self.dead > 64:
+            self.compact()
+
+    def compact(self) -> None:
+        """Rebuild without the dropped documents (their postings and rows go)."""
+        keep = np.flatnonzero(self.alive[: len(self.messages)]).tolist()
+        remap = {old: new for new, old in enumerate(keep)}
+        messages = [self.messages[old] for old in keep]
+        self.vectors = self.vectors[keep] if keep else np.zeros((16, self.dim), np.float32)
+        self.roles = self.roles[keep] if keep else np.zeros(16, np.int8)
+        self.alive = np.ones(len(self.roles), dtype=bool)
+        self.doc_slot = array("i", (self.doc_slot[old] for old in keep))
+        self.doc_position = array("i", (self.doc_position[old] for old in keep))
+        self.lexical = LexicalIndex(self.lexical.k1, self.lexical.b)
+        for message in messages:
+            self.lexical.add(tokenize(document_text(message)))
+        self.messages = messages
+        self.dead = 0
+        # Slots keep their numbers (a dropped conversation's stays None).
+        for state in self.convs.values():
+            state.docs = [remap[d] for d in state.docs]
+        if not keep:
+            self.alive[:] = False
+
+    def _reserve(self, size: int) -> None:
+        capacity = len(self.alive)
+        if size <= capacity:
+            return
+        while capacity < size:
+            capacity *= 2
+        self.vectors = _grow(self.vectors, capacity)
+        self.alive = _grow(self.alive, capacity)
+        self.roles = _grow(self.roles, capacity)
+
+    def live_mask(self) -> npt.NDArray[np.bool_]:
+        """Which of the numbered documents are live."""
+        return self.alive[: len(self.messages)]
+
+    def conv_mask(self, conv: Conv) -> npt.NDArray[np.bool_]:
+        """Which documents belong to ``conv`` (and are live)."""
+        n = len(self.messages)
+        state = self.convs.get(conv)
+        mask = np.zeros(n, dtype=bool)
+        if state is not None:
+            mask[np.asarray(state.docs, dtype=np.int64)] = True
+        return mask
+
+    def similarity(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Cosine of every document with the (unit) query vector."""
+        n = len(self.messages)
+        result: npt.NDArray[np.float32] = self.vectors[:n] @ query
+        return result
+
+    def where(self, doc: int) -> tuple[Conv, int]:
+        """The conversation and position of a document."""
+        conv = self.slots[self.doc_slot[doc]]
+        assert conv is not None
+        return conv, self.doc_position[doc]
+
+
+def _grow(values: npt.NDArray[Any], capacity: int) -> npt.NDArray[Any]:
+    grown = np.zeros((capacity, *values.shape[1:]), dtype=values.dtype)
+    grown[: len(values)] = values
+    return grown
