@@ -17,6 +17,15 @@ from ._base import (
 )
 from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
+from .longterm import (
+    MAX_FACTS_PER_USER,
+    Fact,
+    FactLimitReached,
+    LongTermStore,
+    Profile,
+    Usage,
+    usage_of,
+)
 from .memory import MemoryStore, MemoryStoreHandle
 
 __all__ = [
@@ -24,19 +33,26 @@ __all__ = [
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "KEYS_KEPT",
+    "MAX_FACTS_PER_USER",
     "STORE_INTENSITY",
     "STORE_PERIOD",
     "ChatMemory",
     "ConversationCleared",
+    "Fact",
+    "FactLimitReached",
     "LevelDBStore",
     "LevelDBStoreHandle",
+    "LongTermStore",
     "MemoryStore",
     "MemoryStoreHandle",
+    "Profile",
     "SearchHit",
     "StoreCorrupt",
     "StoreError",
     "StoreLocked",
     "StoreUnavailable",
     "StoredWindow",
+    "Usage",
     "default_store",
+    "usage_of",
 ]

@@ -1,0 +1,352 @@
+"""Memory beyond the transcript, kept by the stores: facts, profiles, usage sums, cursors.
+
+Seed 004's second half (PhoenixAI.Store's long-term memory and cost tracking), with its
+holes closed: usage is recorded by the store itself from every stored assistant message's
+``metadata.usage``, in the same write as the message; a new fact past the cap is refused
+with an error, never dropped; a correction keeps what was believed before
+(``fact_history``); clearing a conversation does not reset its user's spend; the extraction
+cursor moves in the same write as the facts it produced, so a crash neither skips nor
+repeats an extraction.
+
+    store.save_fact(Fact("ann", "city", "Lyon"))      # Fact(..., version=1)
+    store.get_facts("ann"); store.fact_history("ann", "city")
+    store.usage(conv); store.user_usage("ann", since=time.time() - 3600)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
+from typing import Any, Protocol, runtime_checkable
+
+from ..messages import Conv, ConvLike, as_conv, short_repr
+from ._base import StoreError
+
+MAX_FACTS_PER_USER = 200
+MAX_FACT_KEY = 200
+MAX_FACT_VALUE = 10_000
+
+
+class FactLimitReached(StoreError):
+    """A new fact would take a user past ``max_facts``: nothing was saved."""
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing known about a user: ``key`` -> ``value``, versioned from 1 on every change.
+
+    ``source`` is the conversation and message position it came from, when known;
+    ``version``, ``created_at`` and ``updated_at`` (seconds since the epoch) are set by the
+    store.
+    """
+
+    user_id: str
+    key: str
+    value: str
+    version: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    source: tuple[Conv, int] | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A user's summary (injected before the history) and structured metadata."""
+
+    user_id: str
+    summary: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens and cost recorded from model answers; sums add up with ``+``."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+            self.cost + other.cost,
+        )
+
+    def as_list(self) -> list[Any]:
+        """The stored form: [prompt, completion, total, cost as a str]."""
+        return [self.prompt_tokens, self.completion_tokens, self.total_tokens, str(self.cost)]
+
+    @classmethod
+    def from_list(cls, raw: Sequence[Any]) -> Usage:
+        """The inverse of ``as_list``."""
+        return cls(int(raw[0]), int(raw[1]), int(raw[2]), Decimal(raw[3]))
+
+
+@runtime_checkable
+class LongTermStore(Protocol):
+    """What long-term memory, usage accounting and budgets need of a store."""
+
+    def save_fact(self, fact: Fact, *, max_facts: int = ..., evict: bool = ...) -> Fact:
+        """Upsert on (user_id, key); return the fact as stored."""
+
+    def save_facts(
+        self,
+        user_id: str,
+        facts: Sequence[Fact],
+        deletes: Sequence[str] = (),
+        *,
+        cursor: tuple[ConvLike, int] | None = None,
+        max_facts: int = ...,
+        evict: bool = ...,
+    ) -> list[Fact]:
+        """Upsert and delete several facts and move an extraction cursor, in one write."""
+
+    def get_fact(self, user_id: str, key: str) -> Fact | None:
+        """The fact, or None."""
+
+    def get_facts(self, user_id: str) -> list[Fact]:
+        """Every fact of the user, by key."""
+
+    def delete_fact(self, user_id: str, key: str) -> bool:
+        """Delete it (its history stays); False if there was none."""
+
+    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+        """The values superseded (or deleted), oldest first."""
+
+    def save_profile(self, profile: Profile) -> Profile:
+        """Replace the user's profile."""
+
+    def get_profile(self, user_id: str) -> Profile | None:
+        """The profile, or None."""
+
+    def delete_profile(self, user_id: str) -> bool:
+        """Delete it; False if there was none."""
+
+    def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
+        """The conversation's recorded usage (O(1)); ``since``: only what was recorded then
+        or later."""
+
+    def user_usage(self, user_id: str, since: float | None = None) -> Usage:
+        """The user's recorded usage across conversations, cleared ones included."""
+
+    def extraction_cursor(self, conv: ConvLike) -> int:
+        """How many of the conversation's messages fact extraction has processed."""
+
+    def request_extraction(self, conv: ConvLike, upto: int) -> None:
+        """Durably ask for the conversation's messages up to ``upto`` to be extracted."""
+
+    def pending_extractions(self) -> list[tuple[Conv, int]]:
+        """The extractions asked for and not yet done, by conversation."""
+
+
+# -- validation, shared by every store ---------------------------------------------------------
+
+
+def check_user(user_id: object) -> str:
+    """A long-term record belongs to a user: a non-empty str."""
+    if not isinstance(user_id, str) or not user_id:
+        raise ValueError(f"user_id must be a non-empty str, got {short_repr(user_id)}")
+    return user_id
+
+
+def check_fact_key(key: object) -> str:
+    """A fact key: a non-empty str of at most 200 characters."""
+    if not isinstance(key, str) or not key.strip() or len(key) > MAX_FACT_KEY:
+        raise ValueError(
+            f"a fact key must be a non-empty str of at most {MAX_FACT_KEY} characters, "
+            f"got {short_repr(key)}"
+        )
+    return key
+
+
+def check_fact(fact: object) -> Fact:
+    """A Fact with a valid user, key, value and source, ready to store."""
+    if not isinstance(fact, Fact):
+        raise TypeError(f"save_fact takes a Fact, got {short_repr(fact)}")
+    check_user(fact.user_id)
+    check_fact_key(fact.key)
+    if not isinstance(fact.value, str) or len(fact.value) > MAX_FACT_VALUE:
+        raise ValueError(
+            f"fact {fact.key!r}: the value must be a str of at most {MAX_FACT_VALUE} "
+            f"characters, got {short_repr(fact.value)}"
+        )
+    if fact.source is not None:
+        if not (isinstance(fact.source, tuple) and len(fact.source) == 2):
+            raise ValueError(f"fact {fact.key!r}: source must be (conv, position)")
+        conv, position = as_conv(fact.source[0]), fact.source[1]
+        if type(position) is not int or position < 0:
+            raise ValueError(f"fact {fact.key!r}: source position must be an int >= 0")
+        if conv.user_id != fact.user_id:
+            raise ValueError(
+                f"fact {fact.key!r} of {fact.user_id!r} cannot come from {conv}: another "
+                "user's conversation"
+            )
+        fact = replace(fact, source=(conv, position))
+    return fact
+
+
+def check_limit(max_facts: object) -> int:
+    """``max_facts``: an int >= 1."""
+    if type(max_facts) is not int or max_facts < 1:
+        raise ValueError(f"max_facts must be an int >= 1, got {short_repr(max_facts)}")
+    return max_facts
+
+
+def check_profile(profile: object) -> Profile:
+    """A Profile with a user, a str summary and JSON-like metadata."""
+    if not isinstance(profile, Profile):
+        raise TypeError(f"save_profile takes a Profile, got {short_repr(profile)}")
+    check_user(profile.user_id)
+    if not isinstance(profile.summary, str):
+        raise ValueError(f"a profile summary is a str, got {short_repr(profile.summary)}")
+    if not isinstance(profile.metadata, Mapping):
+        raise ValueError(f"profile metadata is a mapping, got {short_repr(profile.metadata)}")
+    return profile
+
+
+def check_since(since: object) -> float | None:
+    """None, or a finite number of seconds since the epoch."""
+    if since is None:
+        return None
+    if isinstance(since, bool) or not isinstance(since, int | float) or not math.isfinite(since):
+        raise ValueError(f"since must be None or seconds since the epoch, got {short_repr(since)}")
+    return float(since)
+
+
+def usage_of(message: Mapping[str, Any]) -> Usage | None:
+    """The usage an assistant message carries in ``metadata.usage``, if any.
+
+    Tokens count only when they are non-negative ints; ``cost`` is a decimal string or a
+    number. Anything else in the usage is kept in the message but not summed.
+    """
+    if message.get("role") != "assistant":
+        return None
+    metadata = message.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    usage = metadata.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+
+    def tokens(name: str) -> int:
+        value = usage.get(name)
+        return value if type(value) is int and value >= 0 else 0
+
+    prompt, completion = tokens("prompt_tokens"), tokens("completion_tokens")
+    total = tokens("total_tokens") or prompt + completion
+    cost = Decimal(0)
+    raw = usage.get("cost")
+    if isinstance(raw, str | int | float) and not isinstance(raw, bool):
+        try:
+            cost = Decimal(str(raw))
+        except InvalidOperation:
+            cost = Decimal(0)
+        if not cost.is_finite() or cost < 0:
+            cost = Decimal(0)
+    return Usage(prompt, completion, total, cost)
+
+
+def fact_as_list(fact: Fact) -> list[Any]:
+    """A fact's stored form (msgpack- and table-friendly)."""
+    source = None
+    if fact.source is not None:
+        conv, position = fact.source
+        source = [conv.user_id, conv.conversation_id, position]
+    return [
+        fact.user_id,
+        fact.key,
+        fact.value,
+        fact.version,
+        fact.created_at,
+        fact.updated_at,
+        source,
+    ]
+
+
+def fact_from_list(raw: Sequence[Any]) -> Fact:
+    """The inverse of ``fact_as_list``."""
+    source = raw[6]
+    return Fact(
+        raw[0],
+        raw[1],
+        raw[2],
+        int(raw[3]),
+        float(raw[4]),
+        float(raw[5]),
+        None if source is None else (Conv(source[0], source[1]), int(source[2])),
+    )
+
+
+@dataclass
+class FactPlan:
+    """What one ``save_facts`` does, decided once for every store: the facts as saved, the
+    keys to write and to delete, and the values that go to history."""
+
+    saved: list[Fact] = field(default_factory=list)
+    put: dict[str, Fact] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    superseded: list[Fact] = field(default_factory=list)
+
+
+def plan_facts(
+    current: Mapping[str, Fact],
+    facts: Sequence[Fact],
+    deletes: Sequence[str],
+    now: float,
+    max_facts: int,
+    evict: bool,
+) -> FactPlan:
+    """Upserts (a changed value gets the next version; an unchanged one is left as is),
+    then deletes; a new key at the cap is refused (``FactLimitReached``) or, with
+    ``evict``, replaces the least recently updated fact not touched by this write."""
+    plan = FactPlan()
+    state = dict(current)
+    touched: set[str] = set()
+    for fact in facts:
+        existing = state.get(fact.key)
+        touched.add(fact.key)
+        if existing is not None and existing.value == fact.value:
+            plan.saved.append(existing)
+            continue
+        if existing is None and len(state) >= max_facts:
+            victims = sorted(
+                (f for k, f in state.items() if k not in touched), key=lambda f: f.updated_at
+            )
+            if not evict or not victims:
+                raise FactLimitReached(
+                    f"user {fact.user_id!r} has {len(state)} facts, the most allowed "
+                    f"(max_facts={max_facts}): the new fact {fact.key!r} was not saved; "
+                    "delete one, raise the cap, or let the oldest be evicted (evict=True)"
+                )
+            victim = victims[0]
+            del state[victim.key]
+            plan.put.pop(victim.key, None)
+            plan.removed.append(victim.key)
+            plan.superseded.append(victim)
+        stored = replace(
+            fact,
+            version=1 if existing is None else existing.version + 1,
+            created_at=now if existing is None else existing.created_at,
+            updated_at=now,
+        )
+        if existing is not None:
+            plan.superseded.append(existing)
+        state[fact.key] = stored
+        plan.put[fact.key] = stored
+        if fact.key in plan.removed:
+            plan.removed.remove(fact.key)
+        plan.saved.append(stored)
+    for key in deletes:
+        existing = state.pop(key, None)
+        if existing is None:
+            continue
+        plan.put.pop(key, None)
+        plan.removed.append(key)
+        plan.superseded.append(existing)
+    return plan
