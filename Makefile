@@ -27,8 +27,8 @@ demo: $(STAMP)
 	echo "== run 1: 20 agents x 10 turns, chaos 0.1; the process kills itself (SIGKILL) after 120 turns"; \
 	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.1 --seed 1 --data $$dir --kill-self-after 120 --no-progress; \
 	echo "== run 1 ended with status $$? (137: killed by SIGKILL, as planned)"; \
-	echo "== run 2: recovery in the same directory: finish the turns, then audit everything"; \
-	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.1 --seed 2 --data $$dir --resume; \
+	echo "== run 2: recovery in the same directory (the run's parameters are in its run.json): finish the turns, then audit everything"; \
+	$(VENV)/bin/otpmem simulate --data $$dir --resume; \
 	status=$$?; rm -rf $$dir; exit $$status
 
 examples: $(STAMP)
