@@ -31,11 +31,27 @@ demo: $(STAMP)
 	$(VENV)/bin/otpmem simulate --data $$dir --resume; \
 	status=$$?; rm -rf $$dir; exit $$status
 
+# Every example in examples/, each in a scratch directory (tests/test_examples.py checks that
+# this list names them all): the one-layer demos, the multi-agent simulation, the embedded
+# service fed two requests on stdin (end of input stops it), the SIGKILL-and-recover pair,
+# and the fault-injection suite under pytest.
+EXAMPLES := supervision_demo store_recovery_demo memory_policy_demo agents_demo \
+            multi_agent_simulation
 examples: $(STAMP)
-	$(PY) examples/supervision_demo.py
-	$(PY) examples/store_recovery_demo.py
-	$(PY) examples/memory_policy_demo.py
-	$(PY) examples/agents_demo.py
+	@set -e; root=$$(pwd); dir=$$(mktemp -d -t otpmem-examples-XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
+	cd "$$dir"; \
+	for example in $(EXAMPLES); do \
+		echo "== examples/$$example.py"; $(abspath $(PY)) $$root/examples/$$example.py; \
+	done; \
+	echo "== examples/embedded_service.py (two requests on stdin)"; \
+	printf 'alice: 2+3\nstats\n' | $(abspath $(PY)) $$root/examples/embedded_service.py "$$dir/service"; \
+	echo "== examples/restart_recovery.py, run 1 (kills itself with SIGKILL)"; \
+	status=0; $(abspath $(PY)) $$root/examples/restart_recovery.py "$$dir/recovery" || status=$$?; \
+	test $$status -eq 137 || { echo "expected status 137 (SIGKILL), got $$status"; exit 1; }; \
+	echo "== examples/restart_recovery.py, run 2 (recovers and checks)"; \
+	$(abspath $(PY)) $$root/examples/restart_recovery.py "$$dir/recovery"; \
+	echo "== examples/fault_injection (pytest)"; \
+	cd "$$root" && $(PY) -m pytest -q -p no:cacheprovider examples/fault_injection
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
