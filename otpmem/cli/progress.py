@@ -135,8 +135,8 @@ class TerminalProgress:
             TextColumn("turns"),
             Rate(""),
             TimeElapsedColumn(),
-            TextColumn("left"),
             TimeRemainingColumn(),
+            TextColumn("left"),
             console=errors(),
         )
         self._task = self._bar.add_task("simulating", total=planned, completed=done)
