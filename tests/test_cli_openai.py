@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from otpmem.stores import LevelDBStore
 from tests.cli_support import fails_with, ledger_turns, otpmem
 
 
@@ -166,6 +167,15 @@ def test_a_server_that_drops_every_turn_stops_the_run_after_a_short_budget(
     # ran on (one per worker), and nothing more was sent.
     assert 3 * 4 <= len(_Chat.requests) <= 3 * 4 + 2 * 4
     assert took < 30.0
+    # Every attempt at a turn reused its turn id: its user message is stored once.
+    store = LevelDBStore.start_link(data)
+    try:
+        assert store.conversations(), "the failed turns stored their user messages"
+        for conv in store.conversations():
+            users = [m["content"] for m in store.get(conv) if m["role"] == "user"]
+            assert len(users) == len(set(users)) <= 1, (conv, users)
+    finally:
+        store.stop()
 
 
 @pytest.mark.parametrize("server", ["refuse"], indirect=True)
