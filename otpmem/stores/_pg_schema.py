@@ -104,6 +104,75 @@ CREATE TABLE IF NOT EXISTS {ns}.cleared (
 );
 """
 
+# One round trip per add: the lock, the key check, the rows, the index, the sums. The
+# caller computes what needs Python (msgpack bodies, which rows are pinned, the usage).
+_APPEND = """
+CREATE OR REPLACE FUNCTION {ns}.append(
+    u text, c text, bodies bytea[], pins boolean[], summary_at integer, pinned_added integer,
+    k text, f text, pt bigint, ct bigint, tt bigint, spent numeric, at double precision,
+    kept integer
+) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    r record;
+    n integer := array_length(bodies, 1);
+    base bigint;
+    ord bigint;
+    newest_summary bigint;
+BEGIN
+    SELECT next_seq, summary_seq, key_ordinal INTO r FROM {ns}.conversations
+        WHERE user_key = u AND conversation_id = c FOR UPDATE;
+    IF NOT FOUND THEN  -- the first add: make the row (another node may race us to it)
+        INSERT INTO {ns}.conversations (user_key, conversation_id) VALUES (u, c)
+            ON CONFLICT DO NOTHING;
+        SELECT next_seq, summary_seq, key_ordinal INTO r FROM {ns}.conversations
+            WHERE user_key = u AND conversation_id = c FOR UPDATE;
+    END IF;
+    IF k IS NOT NULL AND EXISTS (SELECT 1 FROM {ns}.idempotency_keys
+            WHERE user_key = u AND conversation_id = c AND key = k) THEN
+        RETURN 0;
+    END IF;
+    IF f IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {ns}.idempotency_keys
+            WHERE user_key = u AND conversation_id = c AND key = f) THEN
+        RAISE EXCEPTION 'otpmem: cleared' USING ERRCODE = 'P0001';
+    END IF;
+    base := r.next_seq;
+    INSERT INTO {ns}.messages (user_key, conversation_id, seq, body, pinned)
+        SELECT u, c, base + i - 1, bodies[i], pins[i] FROM generate_subscripts(bodies, 1) AS i;
+    newest_summary := r.summary_seq;
+    IF summary_at >= 0 THEN
+        IF r.summary_seq >= 0 THEN
+            UPDATE {ns}.messages SET pinned = false
+                WHERE user_key = u AND conversation_id = c AND seq = r.summary_seq;
+        END IF;
+        newest_summary := base + summary_at;
+    END IF;
+    ord := r.key_ordinal;
+    IF k IS NOT NULL THEN
+        INSERT INTO {ns}.idempotency_keys VALUES (u, c, k, ord, base);
+        IF ord >= kept THEN
+            DELETE FROM {ns}.idempotency_keys
+                WHERE user_key = u AND conversation_id = c AND ordinal <= ord - kept;
+        END IF;
+        ord := ord + 1;
+    END IF;
+    UPDATE {ns}.conversations SET next_seq = base + n, count = count + n,
+        pinned_count = pinned_count + pinned_added, summary_seq = newest_summary,
+        key_ordinal = ord, prompt_tokens = prompt_tokens + pt,
+        completion_tokens = completion_tokens + ct, total_tokens = total_tokens + tt,
+        cost = cost + spent
+        WHERE user_key = u AND conversation_id = c;
+    IF tt > 0 OR pt > 0 OR ct > 0 OR spent > 0 THEN
+        INSERT INTO {ns}.user_usage VALUES (u, pt, ct, tt, spent) ON CONFLICT (user_key)
+            DO UPDATE SET prompt_tokens = user_usage.prompt_tokens + pt,
+            completion_tokens = user_usage.completion_tokens + ct,
+            total_tokens = user_usage.total_tokens + tt, cost = user_usage.cost + spent;
+        INSERT INTO {ns}.usage_log VALUES (u, at, c, pt, ct, tt, spent);
+    END IF;
+    RETURN n;
+END
+$fn$;
+"""
+
 TABLES = (
     "conversations",
     "messages",
@@ -135,6 +204,7 @@ def ensure_schema(conn: Any, namespace: str) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"otpmem.schema.{namespace}",))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {ns}").format(ns=ns))
         conn.execute(sql.SQL(_TABLES).format(ns=ns))
+        conn.execute(sql.SQL(_APPEND).format(ns=ns))
         row = conn.execute(
             sql.SQL("SELECT max(version) FROM {ns}.schema_version").format(ns=ns)
         ).fetchone()

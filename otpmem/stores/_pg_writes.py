@@ -16,6 +16,7 @@ from typing import Any
 
 import msgpack
 from psycopg import sql
+from psycopg.errors import RaiseException
 
 from ..messages import Conv, FrozenDict, is_pinned, is_summary
 from ._base import KEYS_KEPT, ConversationCleared
@@ -23,29 +24,11 @@ from ._pg_schema import user_key
 from .longterm import Fact, Profile, Usage, fact_as_list, fact_from_list, plan_facts, usage_of
 
 _SQL = {
+    "append": "SELECT {ns}.append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "ensure_conv": "INSERT INTO {ns}.conversations (user_key, conversation_id) VALUES (%s, %s) "
     "ON CONFLICT DO NOTHING",
     "lock_conv": "SELECT next_seq, pinned_count, summary_seq, key_ordinal FROM {ns}.conversations "
     "WHERE user_key = %s AND conversation_id = %s FOR UPDATE",
-    "has_key": "SELECT 1 FROM {ns}.idempotency_keys WHERE user_key = %s AND conversation_id = %s "
-    "AND key = %s",
-    "insert_message": "INSERT INTO {ns}.messages (user_key, conversation_id, seq, body, pinned) "
-    "VALUES (%s, %s, %s, %s, %s)",
-    "unpin": "UPDATE {ns}.messages SET pinned = false WHERE user_key = %s AND conversation_id = %s "
-    "AND seq = %s",
-    "insert_key": "INSERT INTO {ns}.idempotency_keys VALUES (%s, %s, %s, %s, %s)",
-    "evict_keys": "DELETE FROM {ns}.idempotency_keys WHERE user_key = %s AND conversation_id = %s "
-    "AND ordinal <= %s",
-    "update_conv": "UPDATE {ns}.conversations SET next_seq = %s, count = count + %s, "
-    "pinned_count = %s, summary_seq = %s, key_ordinal = %s, prompt_tokens = prompt_tokens + %s, "
-    "completion_tokens = completion_tokens + %s, total_tokens = total_tokens + %s, "
-    "cost = cost + %s WHERE user_key = %s AND conversation_id = %s",
-    "add_user_usage": "INSERT INTO {ns}.user_usage VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
-    "(user_key) DO UPDATE SET prompt_tokens = user_usage.prompt_tokens + excluded.prompt_tokens, "
-    "completion_tokens = user_usage.completion_tokens + excluded.completion_tokens, "
-    "total_tokens = user_usage.total_tokens + excluded.total_tokens, "
-    "cost = user_usage.cost + excluded.cost",
-    "log_usage": "INSERT INTO {ns}.usage_log VALUES (%s, %s, %s, %s, %s, %s, %s)",
     "lock_existing": "SELECT 1 FROM {ns}.conversations WHERE user_key = %s AND "
     "conversation_id = %s FOR UPDATE",
     "delete_messages": "DELETE FROM {ns}.messages WHERE user_key = %s AND conversation_id = %s",
@@ -110,66 +93,50 @@ class Writes:
         key: str | None = None,
         follows: str | None = None,
     ) -> None:
-        """Append one batch inside the caller's transaction (see the module docstring)."""
+        """Append one batch in the caller's transaction: one call of the schema's
+        ``append`` function (the row lock, the key, the rows, the index and the sums)."""
         if not batch:
             return
-        user, conv_id = user_key(conv.user_id), conv.conversation_id
-        next_seq, pinned_count, summary_seq, ordinal = self._lock(cur, conv)
-        if key is not None:
-            cur.execute(self.q["has_key"], (user, conv_id, key))
-            if cur.fetchone() is not None:
-                return  # stored already: a retry
-        if follows is not None:
-            cur.execute(self.q["has_key"], (user, conv_id, follows))
-            if cur.fetchone() is None:
-                raise ConversationCleared(
-                    f"conversation {conv} no longer holds the batch {follows!r} this write "
-                    "follows: it was cleared since; nothing was stored"
-                )
-        rows: list[tuple[str, str, int, bytes, bool]] = []
+        bodies: list[bytes] = []
+        pins: list[bool] = []
         usage = Usage()
-        stored_summary = summary_seq
+        summary_at = -1
         for i, message in enumerate(batch):
-            seq = next_seq + i
+            bodies.append(msgpack.packb(message, use_bin_type=True))
             pinned = is_pinned(message)
-            if pinned:
-                pinned_count += 1
-                if is_summary(message):
-                    if summary_seq >= next_seq:  # an earlier summary of this very batch
-                        rows[summary_seq - next_seq] = (*rows[summary_seq - next_seq][:4], False)
-                    summary_seq = seq
-            rows.append((user, conv_id, seq, msgpack.packb(message, use_bin_type=True), pinned))
+            if pinned and is_summary(message):
+                if summary_at >= 0:
+                    pins[summary_at] = False  # an earlier summary of this very batch
+                summary_at = i
+            pins.append(pinned)
             found = usage_of(message)
             if found is not None:
                 usage = usage + found
-        if stored_summary >= 0 and summary_seq != stored_summary:
-            cur.execute(self.q["unpin"], (user, conv_id, stored_summary))
-        cur.executemany(self.q["insert_message"], rows)
-        if key is not None:
-            cur.execute(self.q["insert_key"], (user, conv_id, key, ordinal, next_seq))
-            if ordinal >= KEYS_KEPT:
-                cur.execute(self.q["evict_keys"], (user, conv_id, ordinal - KEYS_KEPT))
-            ordinal += 1
-        cur.execute(
-            self.q["update_conv"],
-            (
-                next_seq + len(batch),
-                len(batch),
-                pinned_count,
-                summary_seq,
-                ordinal,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                usage.total_tokens,
-                usage.cost,
-                user,
-                conv_id,
-            ),
-        )
-        if usage != Usage():
-            figures = (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
-            cur.execute(self.q["add_user_usage"], (user, *figures, usage.cost))
-            cur.execute(self.q["log_usage"], (user, time.time(), conv_id, *figures, usage.cost))
+        try:
+            cur.execute(
+                self.q["append"],
+                (
+                    user_key(conv.user_id),
+                    conv.conversation_id,
+                    bodies,
+                    pins,
+                    summary_at,
+                    sum(1 for m in batch if is_pinned(m)),
+                    key,
+                    follows,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.total_tokens,
+                    usage.cost,
+                    time.time(),
+                    KEYS_KEPT,
+                ),
+            )
+        except RaiseException as exc:
+            raise ConversationCleared(
+                f"conversation {conv} no longer holds the batch {follows!r} this write "
+                "follows: it was cleared since; nothing was stored"
+            ) from exc
 
     def clear(self, cur: Any, conv: Conv) -> None:
         """Delete one conversation (its user's usage sums stay; its windows restart)."""

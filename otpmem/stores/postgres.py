@@ -1,9 +1,11 @@
 """PostgresStore: conversations in PostgreSQL, shared by every otpmem node that opens it.
 
-The server owns a connection pool and a few writer threads: each write is one transaction
-that locks its conversation's row first, so writers on any number of nodes take turns per
-conversation (see ``_pg_writes``), and the caller is answered once it committed. Reads run
-on the caller's thread with a pooled connection, one statement each. A connection lost in
+The server owns a connection pool. Writes and reads run on the caller's thread with a
+pooled connection (in the blocking pool when the caller is a process, so no scheduler
+thread waits on the network): PostgreSQL, not a mailbox, orders them. Each write is one
+transaction that locks its conversation's row first, so writers on any number of nodes
+take turns per conversation (see ``_pg_writes``); it returns once it committed. Reads are
+one statement each. A connection lost in
 the middle of a write answers the caller with a retryable ``StoreUnavailable`` and crashes
 the store, so its supervisor restarts it with a fresh pool; nothing acknowledged is lost
 (it was committed), and a batch retried with its idempotency key is stored once.
@@ -22,22 +24,17 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 from ..actors import (
-    NO_REPLY,
     GenServer,
     Handle,
     InitFailed,
     NoProcess,
-    ReplyTo,
     blocking,
     on_exit,
-    reply_error,
 )
-from ..actors import reply as send_reply
 from ..actors._node import current
 from ..actors.faults import FaultPlan
 from ..messages import InvalidMessage, short_repr
@@ -61,6 +58,7 @@ logger = logging.getLogger("otpmem.stores")
 READY_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 _CALLER_ERRORS = (InvalidMessage, ValueError, TypeError, ConversationCleared, FactLimitReached)
+WRITES = frozenset({"add", "import", "clear", "forget_user", *LONGTERM_KINDS})
 
 
 def _psycopg() -> Any:
@@ -99,12 +97,23 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
 
     __slots__ = ()
 
-    @contextmanager
-    def _reading(self) -> Iterator[tuple[Any, Any]]:
+    def _server(self) -> Any:
         process = self.resolve()
         if not process.wait_ready(READY_TIMEOUT):
             raise NoProcess(self._target())
-        server: Any = process.server
+        return process.server
+
+    def call(self, message: Any, timeout: float | None = 5.0) -> Any:
+        """A store request runs here, on this thread, as one transaction; anything else is
+        a call to the server."""
+        if isinstance(message, tuple) and message and message[0] in WRITES:
+            server = self._server()
+            return blocking(server.perform, message, self._target())
+        return super().call(message, timeout)
+
+    @contextmanager
+    def _reading(self) -> Iterator[tuple[Any, Any]]:
+        server = self._server()
         psycopg, pool_module = _psycopg()
         try:
             with server.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
@@ -206,7 +215,7 @@ class PostgresStore(GenServer):
         self.pool = pool_module.ConnectionPool(
             dsn,
             min_size=1,
-            max_size=pool_size + 2,  # the writers, and room for readers
+            max_size=pool_size,  # callers beyond it wait for a connection (CONNECT_TIMEOUT)
             kwargs={"autocommit": True},
             open=False,
             name=f"otpmem-{namespace}",
@@ -226,12 +235,8 @@ class PostgresStore(GenServer):
         self.namespace = namespace
         self.writes = Writes(namespace)
         self.reads = compose(namespace)
-        self.writers = ThreadPoolExecutor(pool_size, thread_name_prefix=f"otpmem-pg-{namespace}")
-        on_exit(self._close)
-
-    def _close(self) -> None:
-        self.writers.shutdown(wait=True)
-        self.pool.close()
+        self._pool_closed = pool_module.PoolClosed
+        on_exit(self.pool.close)
 
     def handle_info(self, message: Any) -> Any:
         if isinstance(message, tuple) and message and message[0] == "connection_lost":
@@ -239,7 +244,33 @@ class PostgresStore(GenServer):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
+        if isinstance(message, tuple) and message and message[0] in WRITES:
+            return blocking(self.perform, message, self.handle)
+        raise ValueError(f"PostgresStore does not understand {short_repr(message)}")
+
+    def perform(self, message: tuple[Any, ...], owner: object) -> Any:
+        """Run one store request as one transaction, on the calling thread."""
+        work, args = self._work(message)
+        try:
+            with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
+                if work == self.writes.append:
+                    # One statement in autocommit is one transaction: one round trip.
+                    return work(cur, *args)
+                with conn.transaction():
+                    return work(cur, *args)
+        except _CALLER_ERRORS:
+            raise
+        except self._pool_closed:
+            raise NoProcess(owner) from None
+        except self._psycopg_errors as exc:
+            self.handle.send(("connection_lost", exc))
+            raise StoreUnavailable(
+                f"lost PostgreSQL at {redact(self.dsn)} during a write ({exc}); it may not "
+                "have been stored: try again (with its idempotency key, to store it once)"
+            ) from exc
+
+    def _work(self, message: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        if message[0] in LONGTERM_KINDS:
             kind, arg = parse_longterm(message, "PostgresStore")
             work: dict[str, Callable[..., Any]] = {
                 "save_facts": self.writes.save_facts,
@@ -247,18 +278,15 @@ class PostgresStore(GenServer):
                 "delete_profile": self.writes.delete_profile,
                 "request_extraction": self.writes.request_extraction,
             }
-            args = arg if isinstance(arg, tuple) else (arg,)
-            return self._submit(work[kind], *args)
+            return work[kind], arg if isinstance(arg, tuple) else (arg,)
         kind, arg = parse_request(message, "PostgresStore")
         if kind == "add":
-            return self._submit(self.writes.append, *arg)
+            return self.writes.append, arg
         if kind == "import":
-            return self._submit(self._import, arg)
+            return self._import, (arg,)
         if kind == "clear":
-            return self._submit(self.writes.clear, arg)
-        if kind == "forget_user":
-            return self._submit(self.writes.forget_user, arg)
-        raise ValueError(f"PostgresStore does not understand {short_repr(message)}")
+            return self.writes.clear, (arg,)
+        return self.writes.forget_user, (arg,)
 
     def _import(self, cur: Any, entries: list[Any]) -> None:
         # Lock every conversation first, in one order: two imports never deadlock.
@@ -266,38 +294,6 @@ class PostgresStore(GenServer):
             self.writes._lock(cur, conv)
         for conv, batch, key in entries:
             self.writes.append(cur, conv, batch, key)
-
-    def _submit(self, work: Callable[..., Any], *args: Any) -> Any:
-        to = self.caller()
-        self.writers.submit(self._transact, to, work, args)
-        return NO_REPLY
-
-    def _transact(self, to: ReplyTo, work: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        """On a writer thread: one transaction, then the answer."""
-        try:
-            with (
-                self.pool.connection(timeout=CONNECT_TIMEOUT) as conn,
-                conn.transaction(),
-                conn.cursor() as cur,
-            ):
-                result = work(cur, *args)
-        except _CALLER_ERRORS as exc:
-            reply_error(to, exc)
-        except self._psycopg_errors as exc:
-            reply_error(
-                to,
-                StoreUnavailable(
-                    f"lost PostgreSQL at {redact(self.dsn)} during a write ({exc}); it may "
-                    "not have been stored: try again (with its idempotency key, to store it "
-                    "once)"
-                ),
-            )
-            self.handle.send(("connection_lost", exc))
-        except Exception as exc:
-            logger.exception("PostgresStore write failed")
-            reply_error(to, StoreError(f"PostgreSQL write failed: {exc!r}"))
-        else:
-            send_reply(to, result)
 
 
 __all__ = ["PostgresStore", "PostgresStoreHandle", "embedded_dsn"]
