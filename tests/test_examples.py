@@ -63,6 +63,10 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
             "multi_agent_simulation.py",
             [r"lost: 0, orphaned tool results: 0", r"OK: every acknowledged message was read back"],
         ),
+        (
+            "shared_postgres.py",
+            [r"2 programs, 2 conversations, 120 turns: 0 split, 0 lost, 0 twice"],
+        ),
     ],
 )
 def test_demo_runs_and_prints_its_result(script: str, expected: list[str], tmp_path: Path) -> None:
