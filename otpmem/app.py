@@ -4,7 +4,8 @@
 
     otpmem (one_for_one, INTENSITY restarts in PERIOD s)
     ├── default_store   the store's supervisor (STORE_INTENSITY in STORE_PERIOD s) over a
-    │                   TableKeeper + MemoryStore pair, or a LevelDBStore under data_dir
+    │                   TableKeeper + MemoryStore pair, a LevelDBStore under data_dir, or
+    │                   a PostgresStore (store="postgres": a DSN, or embedded under data_dir)
     └── agents          simple_one_for_one: agents started with otpmem.start_agent()
 
 Shutdown goes newest first: agents stop before the store they write to.
@@ -27,6 +28,7 @@ from typing import Any
 
 from .actors import whereis
 from .agents import Agent, AgentHandle
+from .messages import short_repr
 from .stores import (
     DEFAULT_STORE_NAME,
     STORE_INTENSITY,
@@ -61,14 +63,34 @@ class AppError(RuntimeError):
 Listener = Callable[[SupervisorEvent], None]
 
 
+STORES = ("memory", "leveldb", "postgres")
+
+
+def store_kind(store: str | None, data_dir: str | os.PathLike[str] | None, dsn: str | None) -> str:
+    """The default store ``start()`` makes of its arguments: memory, leveldb or postgres."""
+    if store is None:
+        store = "postgres" if dsn is not None else "memory" if data_dir is None else "leveldb"
+    if store not in STORES:
+        raise ValueError(f"store must be one of {', '.join(STORES)}, got {short_repr(store)}")
+    if dsn is not None and store != "postgres":
+        raise ValueError(f"a dsn is for store='postgres', not store={store!r}")
+    if store == "leveldb" and data_dir is None:
+        raise ValueError("store='leveldb' needs data_dir, the directory of its LevelDB")
+    if store == "memory" and data_dir is not None:
+        raise ValueError("store='memory' keeps nothing on disk: drop data_dir, or choose leveldb")
+    return store
+
+
 def _store_spec(
+    kind: str,
     data_dir: str | os.PathLike[str] | None,
     sync: bool,
     intensity: int,
     period: float,
     listeners: list[Listener],
+    postgres: dict[str, Any],
 ) -> ChildSpec:
-    if data_dir is None:
+    if kind == "memory":
         return MemoryStore.child_spec(
             DEFAULT_STORE_NAME,
             "default_store",
@@ -76,6 +98,21 @@ def _store_spec(
             period=period,
             listeners=listeners,
         )
+    if kind == "postgres":
+        from .stores.postgres import PostgresStore  # the extra: imported only when asked for
+
+        return PostgresStore.child_spec(
+            postgres["dsn"],
+            DEFAULT_STORE_NAME,
+            "default_store",
+            namespace=postgres["namespace"],
+            pool_size=postgres["pool_size"],
+            data_dir=data_dir,
+            intensity=intensity,
+            period=period,
+            listeners=listeners,
+        )
+    assert data_dir is not None
     return LevelDBStore.child_spec(
         data_dir,
         DEFAULT_STORE_NAME,
@@ -85,6 +122,14 @@ def _store_spec(
         period=period,
         listeners=listeners,
     )
+
+
+def _handle_class(kind: str) -> type[Any]:
+    if kind == "postgres":
+        from .stores.postgres import PostgresStoreHandle
+
+        return PostgresStoreHandle
+    return MemoryStoreHandle if kind == "memory" else LevelDBStoreHandle
 
 
 def _start_agent(options: dict[str, Any]) -> AgentHandle:
@@ -100,10 +145,19 @@ def start(
     store_intensity: int = STORE_INTENSITY,
     store_period: float = STORE_PERIOD,
     listeners: Iterable[Listener] = (),
+    store: str | None = None,
+    dsn: str | None = None,
+    namespace: str = "otpmem",
+    pool_size: int = 8,
 ) -> SupervisorHandle:
-    """Start the application tree; the default store lives in memory, or in LevelDB under
-    ``data_dir``. An unsupervised default store started earlier hands its conversations
-    over to the supervised one.
+    """Start the application tree; the default store lives in memory, in LevelDB under
+    ``data_dir``, or in PostgreSQL (``store="postgres"``, or any ``dsn``). An unsupervised
+    default store started earlier hands its conversations over to the supervised one.
+
+    ``store`` is ``"memory"`` (no ``data_dir``), ``"leveldb"`` (``data_dir``) or
+    ``"postgres"``: the server at ``dsn``, or without one an embedded PostgreSQL under
+    ``data_dir`` (a temporary directory if none), in the schema ``namespace`` with
+    ``pool_size`` connections; many nodes may start on one schema and share it.
 
     The root and the agents' supervisor allow ``intensity`` restarts in ``period`` s (10
     in 10 s); the store's own supervisor ``store_intensity`` in ``store_period`` s (20 in
@@ -113,6 +167,11 @@ def start(
     supervisor of the tree, including the ones it restarts.
     """
     listeners = list(listeners)
+    kind = store_kind(store, data_dir, dsn)
+    postgres = {"dsn": dsn, "namespace": namespace, "pool_size": pool_size}
+    # Built (and its arguments checked) before an orphan store is stopped: a bad argument
+    # must not cost the orphan's conversations.
+    spec = _store_spec(kind, data_dir, sync, store_intensity, store_period, listeners, postgres)
     with _lock:
         if whereis(APP_NAME) is not None:
             raise AppError("otpmem is already running; otpmem.stop() it first")
@@ -138,10 +197,10 @@ def start(
             ),
             type="supervisor",
         )
-        set_supervised(MemoryStoreHandle if data_dir is None else LevelDBStoreHandle)
+        set_supervised(_handle_class(kind))
         try:
             root = Supervisor.start(
-                [_store_spec(data_dir, sync, store_intensity, store_period, listeners), agents],
+                [spec, agents],
                 strategy="one_for_one",
                 intensity=intensity,
                 period=period,
@@ -181,8 +240,13 @@ def running(
     store_intensity: int = STORE_INTENSITY,
     store_period: float = STORE_PERIOD,
     listeners: Iterable[Listener] = (),
+    store: str | None = None,
+    dsn: str | None = None,
+    namespace: str = "otpmem",
+    pool_size: int = 8,
 ) -> Iterator[SupervisorHandle]:
-    """``with otpmem.running(): ...``: start the tree, stop it on the way out."""
+    """``with otpmem.running(): ...``: start the tree, stop it on the way out (the same
+    arguments as ``start``)."""
     root = start(
         data_dir,
         sync=sync,
@@ -191,6 +255,10 @@ def running(
         store_intensity=store_intensity,
         store_period=store_period,
         listeners=listeners,
+        store=store,
+        dsn=dsn,
+        namespace=namespace,
+        pool_size=pool_size,
     )
     try:
         yield root

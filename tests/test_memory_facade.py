@@ -44,8 +44,10 @@ def test_a_bad_add_stores_nothing() -> None:
 def test_unknown_kinds_and_bad_configurations_are_refused_by_name() -> None:
     with pytest.raises(InvalidMemoryType, match="hybrid"):  # the message lists the kinds
         memory("windowed")
-    with pytest.raises(InvalidConfiguration, match="PostgreSQL"):
-        memory("jdbc")
+    with pytest.raises(InvalidConfiguration, match="jdbc"):
+        memory("pgvector")
+    with pytest.raises(InvalidConfiguration, match="does not take path; it takes data_dir, dsn"):
+        memory("jdbc", path="x")
     with pytest.raises(InvalidConfiguration, match="not both"):
         memory("summary", max_tokens=1000, max_messages=20)
     with pytest.raises(InvalidConfiguration, match="summary_threshold"):
@@ -144,6 +146,20 @@ def test_file_memory_survives_a_reopen(tmp_path: Path) -> None:
         mem.add("kept on disk")
     with memory("file", path=tmp_path / "db", user_id="ann", conversation_id="c") as mem:
         assert mem.get_all() == [user("kept on disk")]
+
+
+@pytest.mark.parametrize("kind", ["jdbc", "postgres", "DB"])
+def test_jdbc_memory_is_a_postgres_store_two_processes_could_share(
+    kind: str, postgres_dsn: str, pg_namespace: str
+) -> None:
+    options: dict[str, Any] = {"dsn": postgres_dsn, "namespace": pg_namespace}
+    with memory(kind, user_id="ann", conversation_id="c", **options) as mem:
+        assert type(mem.store).__name__ == "PostgresStoreHandle"
+        mem.add("kept in PostgreSQL")
+        writer = mem.store
+    assert not writer.alive  # memory() started it, close() stopped it
+    with memory("jdbc", user_id="ann", conversation_id="c", **options) as mem:
+        assert mem.get_all() == [user("kept in PostgreSQL")]
 
 
 def test_memory_over_a_store_and_provider_of_ones_own() -> None:

@@ -11,8 +11,9 @@ For people coming from bx-ai's ``aiMemory(type, key, userId, conversationId, con
 Kinds (case-insensitive, with bx-ai's aliases): ``window`` (``buffer``, ``buffered``) and
 ``cache`` keep conversations in a ``MemoryStore``; ``summary`` adds a rolling summary;
 ``file`` is a ``LevelDBStore`` at ``path``; ``vector`` and ``hybrid`` add a
-``RecallIndex``. ``jdbc``/``database``/``db``/``postgres``/``pgvector`` need the PostgreSQL
-store, not built yet. Every config key is wired or refused.
+``RecallIndex``. ``jdbc`` (``database``, ``db``, ``postgres``, ``postgresql``) is a
+``PostgresStore`` at ``dsn`` (an embedded server without one), shared by every process on
+its schema; ``pgvector`` is not built. Every config key is wired or refused.
 
 ``set_system_message`` replaces: the conversation is rewritten with the new system message
 first and no other (bx-ai's semantics), i.e. cleared and re-added, so every reader, every
@@ -55,8 +56,13 @@ KINDS = {
     "file": "file",
     "vector": "vector",
     "hybrid": "hybrid",
+    "jdbc": "jdbc",
+    "database": "jdbc",
+    "db": "jdbc",
+    "postgres": "jdbc",
+    "postgresql": "jdbc",
 }
-NOT_YET = ("jdbc", "database", "db", "postgres", "pgvector")
+NOT_YET = ("pgvector",)
 
 _COMMON = {"store", "index", "embedder"}
 _KEYS = {
@@ -64,6 +70,7 @@ _KEYS = {
     "cache": set(),
     "summary": {"max_messages", "max_tokens", "summary_threshold", "summarizer"},
     "file": {"path", "sync", "max_messages"},
+    "jdbc": {"dsn", "namespace", "pool_size", "data_dir", "max_messages"},
     "vector": set(),
     "hybrid": {"recent_limit", "semantic_limit", "total_limit", "recent_weight"},
 }
@@ -294,16 +301,18 @@ def memory(
     Config: ``store`` (an existing store: not started, not stopped), ``index`` (likewise),
     ``embedder``; window: ``max_messages`` (100); summary: ``max_messages`` (20) or
     ``max_tokens``, ``summary_threshold`` (10, the messages kept as they are),
-    ``summarizer``; file: ``path`` (required), ``sync`` (True); hybrid: ``recent_limit``,
-    ``semantic_limit``, ``total_limit``, ``recent_weight``.
+    ``summarizer``; file: ``path`` (required), ``sync`` (True); jdbc: ``dsn`` (none: an
+    embedded server under ``data_dir``), ``namespace`` ("otpmem"), ``pool_size`` (8),
+    ``max_messages``; hybrid: ``recent_limit``, ``semantic_limit``, ``total_limit``,
+    ``recent_weight``.
     """
     if not isinstance(kind, str):
         raise InvalidMemoryType(f"a memory kind is a str, got {short_repr(kind)}")
     name = kind.strip().lower()
     if name in NOT_YET:
         raise InvalidConfiguration(
-            f"memory kind {kind!r} needs the PostgreSQL store, which is not built yet; "
-            "use 'file' (LevelDB) for durable memory"
+            f"memory kind {kind!r} (vectors in PostgreSQL) is not built yet; use 'jdbc' "
+            "for conversations in PostgreSQL, or 'vector' for recall"
         )
     resolved = KINDS.get(name)
     if resolved is None:
@@ -368,6 +377,11 @@ def _summary_pipeline(config: Mapping[str, Any]) -> Pipeline:
 
 
 def _start_store(kind: str, config: Mapping[str, Any]) -> ChatMemory:
+    if kind == "jdbc":
+        from ..stores.postgres import PostgresStore  # the extra: imported only when asked for
+
+        options = {k: config[k] for k in ("namespace", "pool_size", "data_dir") if k in config}
+        return PostgresStore.start_link(config.get("dsn"), **options)
     if kind != "file":
         return MemoryStore.start_link()
     path = config.get("path")
@@ -386,7 +400,7 @@ def _provider(
     config: Mapping[str, Any],
     summary: Pipeline | None,
 ) -> MemoryProvider:
-    if kind in ("window", "file"):
+    if kind in ("window", "file", "jdbc"):
         window = _int(config, "max_messages", 100 if kind == "window" else None, 1)
         return DefaultProvider(store, window)
     if kind == "summary":
