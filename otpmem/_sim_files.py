@@ -50,6 +50,10 @@ class RunParams:
     chaos: float = 0.0
     seed: int = 0
     model: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
+    # {"kind": "leveldb"}, or {"kind": "postgres", "dsn": DSN without its password, or ""
+    # for the embedded server under the run's directory, "namespace": the run's schema}.
+    store: dict[str, str] = field(default_factory=lambda: {"kind": "leveldb"})
+    nodes: int = 1
 
     def save(self, data_dir: Path) -> None:
         """Write ``run.json`` durably (the run's first write: a kill right after keeps it)."""
@@ -81,6 +85,11 @@ class RunParams:
                 chaos=float(data["chaos"]),
                 seed=int(data["seed"]),
                 model={str(k): str(v) for k, v in dict(data.get("model") or {}).items()},
+                store={
+                    str(k): str(v)
+                    for k, v in dict(data.get("store") or {"kind": "leveldb"}).items()
+                },
+                nodes=int(data.get("nodes", 1)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RunRefused(
@@ -101,12 +110,19 @@ class Ledger:
         self._lock = threading.Lock()
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
-    def record(self, conversation: str, turn: int, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Write one acknowledged turn durably."""
+    def record(
+        self,
+        conversation: str,
+        turn: int,
+        messages: Sequence[Mapping[str, Any]],
+        **extra: Any,
+    ) -> None:
+        """Write one acknowledged turn durably (``extra``: more JSON fields, e.g. its time)."""
         entry = {
             "conversation": conversation,
             "turn": turn,
             "messages": [[m.get("role"), m.get("content")] for m in messages],
+            **extra,
         }
         with self._lock:
             self._file.write(json.dumps(entry) + "\n")
@@ -131,6 +147,14 @@ class Ledger:
         return entries
 
 
+def ledger_paths(data: Path) -> list[Path]:
+    """The run's ledgers: ``ledger.jsonl`` (one process), or one ``ledger-NODE.jsonl`` per
+    node of a multi-node run (each node's incarnation writes its own)."""
+    if not data.is_dir():
+        return []
+    return sorted(p for p in data.glob("ledger*.jsonl") if p.is_file())
+
+
 def check_run_directory(data: Path, resume: bool) -> None:
     """Raise ``RunRefused`` unless ``data`` can hold this run: an earlier run to resume, or
     (for a new run) a directory that is missing or empty."""
@@ -138,10 +162,10 @@ def check_run_directory(data: Path, resume: bool) -> None:
     if data.exists() and not data.is_dir():
         raise RunRefused(f"{data} is a file; a run needs a directory of its own")
     if resume:
-        if not ledger.exists():
+        if not ledger_paths(data):
             raise RunRefused(f"nothing to resume: {ledger} does not exist")
         return
-    if ledger.exists():
+    if ledger_paths(data):
         raise RunRefused(
             f"{data} holds an earlier run; pass --resume to continue it, "
             "or choose an empty directory"
@@ -162,4 +186,5 @@ __all__ = [
     "RunParams",
     "RunRefused",
     "check_run_directory",
+    "ledger_paths",
 ]

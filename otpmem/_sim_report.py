@@ -27,6 +27,15 @@ def report_lines(report: SimulationReport) -> list[str]:
     resumed = f" ({report.resumed_from} before resuming)" if report.resumed_from else ""
     lines = [
         *([f"data:              {report.data_dir}"] if report.data_dir else []),
+        *(
+            [
+                f"store:             {report.store}",
+                f"nodes:             {report.nodes} (OS processes, each with its own tree"
+                " and a share of the agents; leases in the database say which owns which)",
+            ]
+            if report.nodes > 1 or report.store != "leveldb"
+            else []
+        ),
         f"agents:            {report.agents}",
         f"turns done:        {report.turns_done} of {report.turns_planned}{resumed}",
         f"messages acked:    {report.messages_acknowledged} (every message of each"
@@ -36,6 +45,14 @@ def report_lines(report: SimulationReport) -> list[str]:
         f"restarts:          {report.restarts} (by the supervisors: one restart may answer"
         " several faults, a crash-on-message plan none until it fires)",
         f"turn retries:      {report.retries} (turn attempts a fault broke, tried again)",
+        *(
+            [
+                f"turns continued:   {report.continued} (half-stored by a killed node,"
+                " finished under the same turn id by the node that took its lease)"
+            ]
+            if report.nodes > 1 or report.store != "leveldb"
+            else []
+        ),
         f"messages lost:     {report.lost} (acked, but not in the store)",
         f"messages extra:    {report.duplicated} (stored, but in no acknowledged turn)",
         f"throughput:        {report.turns_per_s:.1f} turns/s"

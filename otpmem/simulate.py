@@ -80,6 +80,10 @@ class SimulationReport:
     data_dir: str = ""
     retries: int = 0
     interrupted: bool = False
+    nodes: int = 1
+    store: str = "leveldb"
+    continued: int = 0
+    """Turns a killed node had half-stored, finished by the node that took its lease."""
 
     @property
     def complete(self) -> bool:
@@ -337,7 +341,7 @@ class Simulation:
             if self._rng.random() >= self.chaos:
                 return
             kind = self._rng.choice(FAULTS)
-            victim = self._rng.randrange(self.agents)
+            victim = self._victim()
         try:
             if kind == "kill_store":
                 faults.kill(default_store())
@@ -354,6 +358,10 @@ class Simulation:
         self._faults[kind] += 1
         self.timeline.fault(kind)
 
+    def _victim(self) -> int:
+        """The agent a fault hits (called under the chaos lock): any of the run's."""
+        return self._rng.randrange(self.agents)
+
     def _on_event(self, event: SupervisorEvent) -> None:
         # Several supervisors report from their own threads.
         if event.kind == "restarted":
@@ -363,8 +371,10 @@ class Simulation:
 
     # -- the audit --------------------------------------------------------------------------
 
-    def _audit(self, entries: list[dict[str, Any]], seconds: float) -> SimulationReport:
-        store = default_store()
+    def _audit(
+        self, entries: list[dict[str, Any]], seconds: float, store: Any = None
+    ) -> SimulationReport:
+        store = store if store is not None else default_store()
         by_conv: dict[str, list[dict[str, Any]]] = {}
         for entry in entries:
             by_conv.setdefault(entry["conversation"], []).append(entry)

@@ -16,6 +16,7 @@ import click
 from click.core import ParameterSource
 
 from ..simulate import PARAMS, ModelFailed, RunParams, Simulation, SimulationReport
+from . import nodes_options
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, CommandError, guarded
 from .output import hint, line, screen, stdout_is_terminal
 from .progress import make_progress
@@ -31,6 +32,8 @@ RUN_FLAGS = {
     "model": "--model",
     "base_url": "--base-url",
     "model_name": "--model-name",
+    "store": "--store",
+    "nodes": "--nodes",
 }
 
 
@@ -43,6 +46,8 @@ def _flags_of(params: RunParams) -> dict[str, Any]:
         "model": params.model.get("kind", "scripted"),
         "base_url": params.model.get("base_url", DEFAULT_BASE_URL),
         "model_name": params.model.get("name", DEFAULT_MODEL_NAME),
+        "store": nodes_options.store_flag(params),
+        "nodes": params.nodes,
     }
 
 
@@ -59,17 +64,36 @@ def resumed_flags(data: Path, flags: dict[str, Any], given: set[str]) -> dict[st
     if stored is None:
         return flags  # a run from before run.json: the flags say what it was
     kept = _flags_of(stored)
+
+    def differs(name: str) -> bool:
+        if name == "store":
+            return not nodes_options.same_store(flags[name], kept[name])
+        return bool(flags[name] != kept[name])
+
     conflicts = [
-        f"{RUN_FLAGS[name]} {flags[name]} contradicts the run's {RUN_FLAGS[name]} {kept[name]}"
+        f"{RUN_FLAGS[name]} {_shown(name, flags[name])} contradicts the run's "
+        f"{RUN_FLAGS[name]} {kept[name]}"
         for name in RUN_FLAGS
-        if name in given and flags[name] != kept[name]
+        if name in given and differs(name)
     ]
     if conflicts:
         raise CommandError(
             "; ".join(conflicts) + f" (kept in {data / PARAMS}): --resume continues the run "
             "as it was started, so drop the flag, or start a new run in another directory"
         )
+    kept["store"] = nodes_options.resumed_store(
+        flags["store"] if "store" in given else None, kept["store"]
+    )
     return kept
+
+
+def _shown(name: str, value: Any) -> Any:
+    """A flag's value fit for a message: a DSN's password hidden."""
+    if name != "store":
+        return value
+    from ..stores.postgres import redact
+
+    return redact(str(value))
 
 
 @contextmanager
@@ -137,7 +161,13 @@ def print_report(report: SimulationReport, as_json: bool) -> None:
     "crash-on-message plan.",
 )
 @click.option("--seed", type=int, default=0, help="Seed of the chaos: a seed, a run.")
-@click.option("--workers", type=click.IntRange(min=1), default=8, help="Threads driving turns.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=8,
+    help="Threads driving turns (in each node, with --nodes).",
+)
+@nodes_options.options
 @click.option(
     "--model",
     type=click.Choice(["scripted", "openai"]),
@@ -192,6 +222,10 @@ def simulate(
     no_progress: bool,
     report_path: Path | None,
     kill_self_after: int | None,
+    store: str,
+    nodes: int,
+    cluster: str,
+    lease_seconds: float,
 ) -> int:
     """Run supervised agents under chaos, then audit every acknowledged message.
 
@@ -202,6 +236,7 @@ def simulate(
     \b
     otpmem simulate --agents 20 --turns 10 --chaos 0.05 --data run
     otpmem simulate --data run --resume
+    otpmem simulate --store postgres --nodes 2 --chaos 0.1 --data run2
     """
     ctx = click.get_current_context()
     given = {n for n in RUN_FLAGS if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
@@ -223,10 +258,13 @@ def simulate(
         "model": model,
         "base_url": base_url,
         "model_name": model_name,
+        "store": store,
+        "nodes": nodes,
     }
     if resume:
         assert data is not None
         flags = resumed_flags(data, flags, given)
+    nodes_options.check(flags["store"], flags["nodes"], cluster)
     client = None
     if flags["model"] == "openai":
         from .model import openai_model, probe
@@ -237,21 +275,36 @@ def simulate(
         data = Path(tempfile.mkdtemp(prefix="otpmem-sim-"))
         hint(f"running in a new temporary directory: {data}")
     progress = make_progress(not no_progress and not as_json, time.monotonic())
-    simulation = Simulation(
-        agents=flags["agents"],
-        turns=flags["turns"],
-        data_dir=data,
-        chaos=flags["chaos"],
-        seed=flags["seed"],
-        model=client,
-        resume=resume,
-        workers=workers,
-        kill_self_after=kill_self_after,
-        progress=progress.advance,
-        on_started=progress.start,
-        on_retry=hint,
-        model_info=_model_info(flags),
-    )
+    common: dict[str, Any] = {
+        "agents": flags["agents"],
+        "turns": flags["turns"],
+        "data_dir": data,
+        "chaos": flags["chaos"],
+        "seed": flags["seed"],
+        "model": client,
+        "resume": resume,
+        "workers": workers,
+        "kill_self_after": kill_self_after,
+        "progress": progress.advance,
+        "on_started": progress.start,
+        "on_retry": hint,
+        "model_info": _model_info(flags),
+    }
+    simulation: Simulation
+    if nodes_options.kind_of(flags["store"]) == nodes_options.POSTGRES:
+        from .._sim_nodes import ClusterSimulation
+
+        stored = RunParams.load(data) if resume else None
+        simulation = ClusterSimulation(
+            **common,
+            nodes=flags["nodes"],
+            dsn=nodes_options.dsn_of(flags["store"]),
+            namespace=stored.store.get("namespace") if stored is not None else None,
+            cluster=cluster,
+            lease_ttl=lease_seconds,
+        )
+    else:
+        simulation = Simulation(**common)
     try:
         with stopping_on_ctrl_c(simulation):
             report = simulation.run()

@@ -66,9 +66,11 @@ UPDATE {{ns}}.leases AS l
     FROM free WHERE l.name = free.name
 RETURNING l.name, l.progress, l.epoch
 """
+# Only the leases this owner knows it holds: one it let go stays let go.
 _RENEW = f"""
 UPDATE {{ns}}.leases SET expires_at = {_TTL}
-    WHERE owner = %(owner)s AND progress < %(below)s RETURNING name
+    WHERE owner = %(owner)s AND progress < %(below)s AND name = ANY(%(names)s::text[])
+RETURNING name
 """
 _ADVANCE = f"""
 UPDATE {{ns}}.leases SET progress = greatest(progress, %(progress)s), expires_at = {_TTL}
@@ -125,6 +127,8 @@ class Leases:
                 "ON CONFLICT (name) DO NOTHING",
                 "release": "UPDATE {ns}.leases SET expires_at = '-infinity' "
                 "WHERE name = %(name)s AND owner = %(owner)s",
+                "owners": "SELECT DISTINCT owner FROM {ns}.leases "
+                "WHERE expires_at >= now() AND owner IS NOT NULL",
                 "remaining": "SELECT count(*) FROM {ns}.leases WHERE progress < %(below)s",
                 "progress": "SELECT coalesce(sum(least(progress, %(below)s)), 0) FROM {ns}.leases",
             }.items()
@@ -218,9 +222,11 @@ class Leases:
         """Push back the expiry of every unfinished lease (``progress < below``) this owner
         holds; returns the names it held and lost (another owner took them)."""
         sent = time.monotonic()
-        kept = {str(row[0]) for row in self._execute("renew", below=below)}
         with self._state:
             known = dict(self._held)
+        if not known:
+            return set()
+        kept = {str(r[0]) for r in self._execute("renew", below=below, names=list(known))}
         lost = set()
         for name, (epoch, _, _) in known.items():
             if name in kept:
@@ -257,6 +263,10 @@ class Leases:
         """The names this owner holds, as far as it knows."""
         with self._state:
             return sorted(self._held)
+
+    def owners(self) -> set[str]:
+        """The owners holding a lease that has not expired."""
+        return {str(row[0]) for row in self._execute("owners")}
 
     def remaining(self, below: int) -> int:
         """How many leases still have ``progress < below`` (work not finished)."""

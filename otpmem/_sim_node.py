@@ -1,0 +1,394 @@
+"""One node of a multi-node simulation: an OS process with its own application tree on the
+run's PostgreSQL, working the conversations whose leases it holds.
+
+A node claims the leases of its share of the conversations (``index``, ``index + nodes``,
+...), then, as long as the run has unfinished conversations, any lease nobody holds or a
+dead node let expire, up to its share's size. Each turn runs under the turn id
+``<conversation>:<turn>`` that every node uses, so a turn a killed node half-stored is
+continued, not stored again. After each acknowledged turn the node writes its own fsynced
+ledger (``ledger-NODE.jsonl``) and then advances the lease's progress; it stops working on
+a conversation the moment the database says its lease is gone. In-process chaos (store and
+agent faults) is the one-process simulation's; whole-node faults come from the coordinator.
+
+Run by a placement: ``python -m otpmem._sim_node`` reads a ``NodeConfig`` line on stdin
+(then ``stop`` ends it after the turns in flight, and end of input, the coordinator gone,
+SIGKILLs it: a node never outlives its run), or ``run_node(config, stop)`` in a Ray actor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import simulate
+from ._sim_files import Ledger
+from ._sim_model import ModelFailed, add, scripted_arithmetic
+from ._sim_timeline import Timeline
+from .agents import AgentHandle
+from .app import start, start_agent
+from .llm import ChatModel, ScriptedModel
+from .messages import Conv
+from .stores import StoreError, default_store
+from .stores._pg_leases import Heartbeat, Lease, Leases
+
+EXIT_MODEL_FAILED = 3
+EXIT_UNAVAILABLE = 2
+NODE_FAULTS = simulate.FAULTS  # in the node; the coordinator adds kill_node
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What a node needs to know: its place in the run, the database, the run's size."""
+
+    index: int
+    nodes: int
+    node_id: str
+    dsn: str
+    namespace: str
+    agents: int
+    turns: int
+    data_dir: str
+    chaos: float = 0.0
+    seed: int = 0
+    workers: int = 8
+    lease_ttl: float = 2.0
+    incarnation: int = 0
+    model: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
+
+    def dumps(self) -> str:
+        """One JSON line."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def loads(cls, text: str) -> NodeConfig:
+        """The config ``dumps`` wrote."""
+        return cls(**json.loads(text))
+
+    @property
+    def share(self) -> list[int]:
+        """The agents this node claims first."""
+        return list(range(self.index, self.agents, self.nodes))
+
+
+def ledger_path(data_dir: str | Path, node_id: str) -> Path:
+    """Where a node writes the turns it acknowledged."""
+    return Path(data_dir) / f"ledger-{node_id}.jsonl"
+
+
+def summary_path(data_dir: str | Path, node_id: str) -> Path:
+    """Where a node that ends (not one that is killed) writes what it did."""
+    return Path(data_dir) / "nodes" / f"{node_id}.json"
+
+
+def _index(conv_id: str) -> int:
+    """The agent of a conversation: ``sim-7`` -> 7."""
+    return int(conv_id.rsplit("-", 1)[1])
+
+
+class _Dropped(Exception):
+    """The node lost this conversation's lease: another node works it now."""
+
+
+class NodeSimulation(simulate.Simulation):
+    """The one-process simulation's turns, chaos and retries, on the leases this node holds."""
+
+    def __init__(self, config: NodeConfig, stop: threading.Event) -> None:
+        super().__init__(
+            agents=config.agents,
+            turns=config.turns,
+            data_dir=Path(config.data_dir),
+            chaos=config.chaos,
+            seed=config.seed,
+            workers=config.workers,
+            model_info=dict(config.model),
+        )
+        self.config = config
+        self._rng.seed(f"{config.seed}/node/{config.index}/{config.incarnation}")
+        self._outer_stop = stop
+        self._queue: queue.Queue[int] = queue.Queue()
+        self._next: dict[int, int] = {}
+        self._epoch: dict[int, int] = {}
+        self._active: set[int] = set()  # leases held, conversation unfinished
+        self._started: set[int] = set()  # agents started (they live as long as the node)
+        self._dropped: set[int] = set()
+        self._state = threading.Lock()
+        self._continued = 0
+        self._acked_here = 0
+        self._wall0 = time.time()
+        self._model_client: ChatModel = ScriptedModel(scripted_arithmetic)
+        self.capacity = math.ceil(config.agents / config.nodes)
+        self.leases = Leases(
+            config.dsn, config.namespace, config.node_id, config.lease_ttl, config.lease_ttl / 2
+        )
+
+    # -- the node's life ----------------------------------------------------------------------
+
+    def run_node(self, model: ChatModel) -> dict[str, Any]:
+        """Start the tree, work until every conversation of the run is done (or ``stop``),
+        and return the node's summary."""
+        cfg = self.config
+        self.timeline = Timeline()
+        self._wall0 = time.time()
+        root = start(
+            store="postgres",
+            dsn=cfg.dsn,
+            namespace=cfg.namespace,
+            intensity=10_000,
+            period=1.0,
+            listeners=[self._on_event],
+        )
+        ledger = Ledger(ledger_path(cfg.data_dir, cfg.node_id))
+        heartbeat = Heartbeat(self.leases, cfg.turns, on_lost=self._lost).start()
+        workers: list[threading.Thread] = []
+        try:
+            self._model_client = model
+            for i in cfg.share:
+                lease = self.leases.claim(simulate._conv_id(i))
+                if lease is not None:
+                    self._take(i, lease)
+            workers = [
+                threading.Thread(target=self._worker_loop, args=(ledger,), name=f"node-w{w}")
+                for w in range(max(1, cfg.workers))
+            ]
+            for worker in workers:
+                worker.start()
+            self._coordinate()
+        finally:
+            self._stopping.set()
+            for worker in workers:
+                worker.join()
+            heartbeat.stop()
+            ledger.close()
+            if root.alive:
+                root.stop("shutdown", 60.0)
+            self.leases.close()
+        return self._summary()
+
+    def _coordinate(self) -> None:
+        """Claim what dead nodes left, until the run is done or the node is told to stop."""
+        every = self.config.lease_ttl / 4
+        while not self._stopping.is_set():
+            if self._outer_stop.wait(every):
+                self._interrupted = True
+                return
+            if self._fatal is not None or self._errors:
+                return
+            try:
+                with self._state:
+                    room = self.capacity - len(self._active)
+                for lease in self.leases.claim_free(room, self.config.turns):
+                    self._take(_index(lease.name), lease)
+                with self._state:
+                    idle = not self._active
+                if idle and self.leases.remaining(self.config.turns) == 0:
+                    return
+            except StoreError as exc:  # the database is away: keep trying while leases last
+                print(f"node {self.config.node_id}: {exc}", file=sys.stderr, flush=True)
+
+    def _take(self, i: int, lease: Lease) -> None:
+        name = lease.name
+        if lease.progress >= self.config.turns:
+            self.leases.release(name)
+            return
+        if i not in self._started:
+            start_agent(
+                llm=self._model_client,
+                memory={"window": 20},
+                conversation_id=name,
+                user_id=simulate.USER_ID,
+                tools=[add],
+                name=simulate._agent_name(i),
+                system_prompt=f"You are agent {i} of a simulation.",
+            )
+            self._started.add(i)
+        with self._state:
+            self._next[i] = lease.progress
+            self._epoch[i] = lease.epoch
+            self._active.add(i)
+            self._dropped.discard(i)
+        self._queue.put(i)
+
+    def _lost(self, names: list[str]) -> None:
+        with self._state:
+            for name in names:
+                i = _index(name)
+                self._dropped.add(i)
+                self._active.discard(i)
+
+    def _drop(self, i: int) -> None:
+        """Stop working on a conversation whose lease this node may no longer hold, and let
+        it go in the database so that it does not wait out the lease to be taken over."""
+        name = simulate._conv_id(i)
+        self._lost([name])
+        with contextlib.suppress(StoreError):  # unreachable: it expires, as a dead node's do
+            self.leases.release(name)
+
+    # -- turns --------------------------------------------------------------------------------
+
+    def _worker_loop(self, ledger: Ledger) -> None:
+        while not self._stopping.is_set():
+            try:
+                i = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            try:
+                self._serve(i, ledger)
+            except (_Dropped, simulate._Stopped):
+                continue
+            except StoreError as exc:  # the leases' database: this conversation waits
+                print(f"node {self.config.node_id}: {exc}", file=sys.stderr, flush=True)
+                self._drop(i)
+            except Exception as exc:  # reported, and the run fails: never a silent short run
+                self._errors.append(f"node {self.config.node_id}, agent {i}: {exc!r}")
+                self._stopping.set()
+
+    def _serve(self, i: int, ledger: Ledger) -> None:
+        name = simulate._conv_id(i)
+        self._check_lease(i)
+        turn = self._next[i]
+        if self._epoch.pop(i, 1) > 1 and self._begun(name, turn):
+            with self._state:
+                self._continued += 1
+        began = time.monotonic()
+        messages = self._turn(i, turn)
+        latency = time.monotonic() - began
+        ledger.record(
+            name, turn, messages, at=time.time(), latency=latency, node=self.config.node_id
+        )
+        self._acknowledged()
+        with self._state:
+            self._acked_here += 1
+        if not self.leases.advance(name, turn + 1):
+            self._drop(i)
+            return
+        self._next[i] = turn + 1
+        self._maybe_fault()
+        if turn + 1 < self.turns:
+            self._queue.put(i)
+        else:
+            with self._state:
+                self._active.discard(i)
+            self.leases.release(name)
+
+    def _begun(self, name: str, turn: int) -> bool:
+        """Whether an earlier owner stored part (or all) of this turn before it died."""
+        store = default_store()
+        key = f"turn:{name}:{turn}:0"
+        position = simulate._retrying(lambda: store.key_position(Conv(simulate.USER_ID, name), key))
+        return position is not None
+
+    def _check_lease(self, i: int) -> None:
+        """Raise ``_Dropped`` unless this node still holds the lease (renewing it if the
+        local certainty ran out)."""
+        name = simulate._conv_id(i)
+        with self._state:
+            dropped = i in self._dropped
+        if dropped:
+            raise _Dropped(name)
+        if not self.leases.held(name) and not self.leases.advance(name, self._next[i]):
+            self._drop(i)
+            raise _Dropped(name)
+
+    def _run_turn(self, agent: AgentHandle, text: str, turn_id: str) -> list[dict[str, Any]]:
+        # Every attempt first makes sure the lease is still ours: a node that lost it must
+        # not write, even a write its idempotency key would make harmless.
+        self._check_lease(_index(turn_id.rsplit(":", 1)[0]))
+        return super()._run_turn(agent, text, turn_id)
+
+    def _victim(self) -> int:
+        return self._rng.choice(sorted(self._started))
+
+    def _summary(self) -> dict[str, Any]:
+        wall = self._wall0
+        return {
+            "node": self.config.node_id,
+            "index": self.config.index,
+            "acked": self._acked_here,
+            "faults": dict(self._faults),
+            "restarts": self._restarts,
+            "retries": self._retries,
+            "continued": self._continued,
+            "errors": list(self._errors),
+            "fatal": str(self._fatal) if self._fatal is not None else None,
+            "fatal_error": str(self._fatal.error) if self._fatal is not None else None,
+            "fatal_retryable": self._fatal.error.retryable if self._fatal is not None else None,
+            "interrupted": self._interrupted,
+            "fault_times": [[wall + t, kind] for t, kind in self.timeline.faults],
+            "restart_times": [wall + t for t in self.timeline.restarts],
+        }
+
+
+def _model(info: dict[str, str]) -> ChatModel:
+    if info.get("kind", "scripted") == "scripted":
+        return ScriptedModel(scripted_arithmetic)
+    from .cli.model import openai_model
+
+    return openai_model(
+        info["base_url"], info["name"], lambda text: print(text, file=sys.stderr, flush=True)
+    )
+
+
+def write_summary(config: NodeConfig, summary: dict[str, Any]) -> None:
+    """The node's summary, written whole (a kill mid-write leaves no file, never half)."""
+    path = summary_path(config.data_dir, config.node_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(summary), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def run_node(config: NodeConfig, stop: threading.Event) -> int:
+    """Run one node to its end; its exit status (0 done or stopped, 2 no database, 3 the
+    model failed, 1 a worker's error)."""
+    node = NodeSimulation(config, stop)
+    model = _model(config.model)
+    try:
+        summary = node.run_node(model)
+    except StoreError as exc:
+        write_summary(config, {"node": config.node_id, "errors": [str(exc)], "fatal": None})
+        print(f"node {config.node_id}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_UNAVAILABLE
+    finally:
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
+    write_summary(config, summary)
+    if summary["fatal"]:
+        return EXIT_MODEL_FAILED
+    return 1 if summary["errors"] else 0
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            stop.set()
+    # End of input: the coordinator is gone. A node never outlives its run.
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> int:
+    """``python -m otpmem._sim_node``: a NodeConfig line on stdin, then ``stop`` or EOF."""
+    config = NodeConfig.loads(sys.stdin.readline())
+    # Ctrl-C in a terminal reaches the whole process group: the coordinator answers it (it
+    # asks the nodes to stop after the turns in flight), not each node on its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = threading.Event()
+    threading.Thread(target=_watch_stdin, args=(stop,), daemon=True, name="stdin").start()
+    return run_node(config, stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["ModelFailed", "NodeConfig", "NodeSimulation", "ledger_path", "run_node"]

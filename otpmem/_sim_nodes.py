@@ -1,0 +1,373 @@
+"""A simulation on many nodes: K OS processes, each with its own tree and a share of the
+agents, all on one PostgreSQL, audited together for exactly-once.
+
+The coordinator (this process) starts or joins the database (the embedded PostgreSQL under
+``DATA/postgres``, or the server of a DSN; one schema per run), takes the run's advisory
+lock (a run still going elsewhere is refused), makes one lease per conversation and places
+the nodes (``_sim_placement``). It never tells a node what to work on: each node claims
+leases in the database (``stores._pg_leases``). It watches progress in the leases table,
+injects node faults (``kill_node``: SIGKILL of a whole node, a fifth of ``--chaos``; the
+nodes inject the other four kinds among themselves), starts a new incarnation of each
+killed node, and once every conversation is done merges the nodes' ledgers
+(``ledger-NODE.jsonl``) and audits every conversation read back from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._sim_files import Ledger, RunParams, RunRefused, check_run_directory, ledger_paths
+from ._sim_model import ModelFailed
+from ._sim_node import EXIT_MODEL_FAILED, NodeConfig, summary_path
+from ._sim_placement import Placement, placement
+from ._sim_timeline import Timeline
+from .llm import ModelError
+from .simulate import Simulation, SimulationReport, _conv_id
+from .stores import StoreUnavailable
+
+POLL = 0.1
+EMBEDDED_NAMESPACE = "otpmem_sim"
+NODE_STOP_TIMEOUT = 60.0
+
+
+@contextmanager
+def embedded_server(where: Path) -> Iterator[str]:
+    """PostgreSQL (pgserver) under ``where`` for the block; its DSN. Stopped at the end
+    unless another process still uses it."""
+    try:
+        import pgserver
+    except ImportError:
+        raise StoreUnavailable(
+            "--store postgres without a DSN runs an embedded PostgreSQL: "
+            "pip install 'otpmem[postgres]', or pass --store postgres=DSN"
+        ) from None
+    where.mkdir(parents=True, exist_ok=True)
+    _forget_dead_handles(where)
+    with warnings.catch_warnings():
+        # platformdirs warns that XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, fine.
+        warnings.simplefilter("ignore")
+        server = pgserver.get_server(where, cleanup_mode="stop")  # type: ignore[attr-defined]
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+
+
+def _forget_dead_handles(where: Path) -> None:
+    # pgserver stops its server when the last process that opened it lets go, counting them
+    # in .handle_pids.json; a SIGKILLed run never let go, and would keep it running forever.
+    handles = where / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def merge_ledgers(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every acknowledged turn once, and the turns two nodes acknowledged differently.
+
+    A node that took over a conversation redoes the turn in flight with its turn id; if the
+    killed node had acknowledged it already, both ledgers hold it, with the same messages.
+    """
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    conflicts = []
+    for path in paths:
+        for entry in Ledger.load(path):
+            key = (entry["conversation"], entry["turn"])
+            first = merged.setdefault(key, entry)
+            if first is not entry and first["messages"] != entry["messages"]:
+                conflicts.append(
+                    f"{key[0]} turn {key[1]} was acknowledged by {first.get('node')} and "
+                    f"{entry.get('node')} with different messages"
+                )
+    return list(merged.values()), conflicts
+
+
+@dataclass
+class ClusterSimulation(Simulation):
+    """``Simulation`` on ``nodes`` processes sharing PostgreSQL (``dsn``, or embedded).
+
+    ``namespace``: the run's schema (made up for a new run; run.json keeps it).
+    ``cluster``: the placement (``local`` or ``ray``). ``lease_ttl``: how long a killed
+    node's conversations wait before another node may take them over.
+    """
+
+    nodes: int = 1
+    dsn: str | None = None
+    namespace: str | None = None
+    cluster: str = "local"
+    lease_ttl: float = 2.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.nodes < 1:
+            raise ValueError(f"nodes must be >= 1, got {self.nodes}")
+        if self.namespace is None:
+            self.namespace = (
+                EMBEDDED_NAMESPACE if self.dsn is None else f"otpmem_sim_{uuid.uuid4().hex[:10]}"
+            )
+        self._continued = 0
+        self._node_errors: list[str] = []
+
+    @property
+    def params(self) -> RunParams:
+        """The run's parameters, with its store (the DSN without a password) and nodes."""
+        from .stores.postgres import redact
+
+        store = {"kind": "postgres", "dsn": redact(self.dsn or ""), "namespace": self.ns}
+        return RunParams(
+            self.agents,
+            self.turns,
+            self.chaos,
+            self.seed,
+            dict(self.model_info),
+            store=store,
+            nodes=self.nodes,
+        )
+
+    @property
+    def ns(self) -> str:
+        """The run's schema."""
+        assert self.namespace is not None
+        return self.namespace
+
+    def run(self) -> SimulationReport:
+        """Run (or resume) the simulation on its nodes and audit it."""
+        check_run_directory(self.data_dir, self.resume)
+        started, wall0 = time.monotonic(), time.time()
+        self.timeline = Timeline()
+        if self.dsn is not None:  # an unreachable server: refused before anything is made
+            with self._connect(self.dsn):
+                pass
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = self.data_dir.resolve()
+        with self._database() as dsn, self._run_lock(dsn):
+            from .stores._pg_leases import Leases, ensure_leases
+            from .stores.postgres import PostgresStore
+
+            store = PostgresStore.start_link(dsn, namespace=self.ns)  # makes the schema
+            leases = Leases(dsn, self.ns, owner="coordinator", ttl=self.lease_ttl)
+            try:
+                with self._connect(dsn) as conn:
+                    ensure_leases(conn, self.ns)
+                previous, _ = merge_ledgers(ledger_paths(self.data_dir))
+                if self.resume:
+                    self._check_params()
+                else:
+                    self.params.save(self.data_dir)
+                leases.add(_conv_id(i) for i in range(self.agents))
+                done = len(previous)
+                if done:
+                    self._rng.seed(f"{self.seed}/{done}")
+                if self.on_started is not None:
+                    self.on_started(done, self.agents * self.turns)
+                self._drive_nodes(dsn, leases, placement(self.cluster))
+                entries, conflicts = merge_ledgers(ledger_paths(self.data_dir))
+                self._errors += self._node_errors + conflicts
+                report = self._audit(entries, time.monotonic() - started, store)
+            finally:
+                leases.close()
+                store.stop()
+        report.resumed_from = done
+        report.nodes, report.store, report.continued = self.nodes, "postgres", self._continued
+        self._fill_timeline(entries, wall0)
+        return report
+
+    # -- the database -------------------------------------------------------------------------
+
+    @contextmanager
+    def _database(self) -> Iterator[str]:
+        if self.dsn is not None:
+            yield self.dsn
+            return
+        with embedded_server(self.data_dir / "postgres") as dsn:
+            yield dsn
+
+    @contextmanager
+    def _connect(self, dsn: str) -> Iterator[Any]:
+        import psycopg
+
+        from .stores.postgres import redact
+
+        try:
+            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {redact(dsn)}: {exc}; is the server running?"
+            ) from None
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _run_lock(self, dsn: str) -> Iterator[None]:
+        """The run's advisory lock, held on a connection of its own for the whole run."""
+        with self._connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(hashtext(%s))", (f"otpmem.sim.{self.ns}",)
+            ).fetchone()
+            if not row or not row[0]:
+                raise RunRefused(
+                    f"the run in schema {self.ns!r} is still going in another process; "
+                    "wait for it to end, or stop it first"
+                )
+            yield
+
+    # -- the nodes ----------------------------------------------------------------------------
+
+    def _config(self, dsn: str, index: int, incarnation: int) -> NodeConfig:
+        return NodeConfig(
+            index=index,
+            nodes=self.nodes,
+            node_id=f"n{index}-{uuid.uuid4().hex[:6]}",
+            dsn=dsn,
+            namespace=self.ns,
+            agents=self.agents,
+            turns=self.turns,
+            data_dir=str(self.data_dir),
+            chaos=self.chaos * 0.8,  # four of the five kinds: the fifth is kill_node, here
+            seed=self.seed,
+            workers=self.workers,
+            lease_ttl=self.lease_ttl,
+            incarnation=incarnation,
+            model=dict(self.model_info),
+        )
+
+    def _drive_nodes(self, dsn: str, leases: Any, where: Placement) -> None:
+        running: dict[int, Any] = {}
+        incarnations: dict[int, int] = {}
+        started_ids: list[str] = []
+        try:
+
+            def launch(index: int) -> None:
+                incarnation = incarnations.get(index, -1) + 1
+                incarnations[index] = incarnation
+                config = self._config(dsn, index, incarnation)
+                running[index] = where.start_node(config)
+                started_ids.append(config.node_id)
+
+            for index in range(self.nodes):
+                launch(index)
+            seen = leases.progress(self.turns)
+            stop_sent: float | None = None
+            while running:
+                time.sleep(POLL)  # nodes report through the database: nothing to wait on
+                if self._stopping.is_set() and stop_sent is None:
+                    for node in running.values():
+                        node.stop()
+                    stop_sent = time.monotonic()
+                if stop_sent is not None and time.monotonic() - stop_sent > NODE_STOP_TIMEOUT:
+                    for node in running.values():
+                        node.kill()
+                total = leases.progress(self.turns)
+                for _ in range(max(0, total - seen)):
+                    self._acknowledged()
+                    self._maybe_kill_node(running, leases)
+                seen = max(seen, total)
+                for index, node in list(running.items()):
+                    status = node.poll()
+                    if status is None:
+                        continue
+                    del running[index]
+                    node.close()
+                    if status == 0:
+                        continue
+                    if status < 0 and not self._stopping.is_set():
+                        self._restarts += 1
+                        self.timeline.restart()
+                        launch(index)  # a new incarnation, under a new owner id
+                    elif status == EXIT_MODEL_FAILED or status > 0:
+                        self._node_failed(node, status)
+        finally:
+            for node in running.values():
+                node.close()
+            where.close()
+            self._read_summaries(started_ids)
+
+    def _maybe_kill_node(self, running: dict[int, Any], leases: Any) -> None:
+        with self._rng_lock:
+            if self._rng.random() >= self.chaos / 5:
+                return
+            # Only a node that holds leases: each node fault must cost a takeover.
+            owners = leases.owners()
+            holding = [i for i in sorted(running) if running[i].node_id in owners]
+            if not holding:
+                return
+            victim = self._rng.choice(holding)
+        running[victim].kill()
+        self._faults["kill_node"] += 1
+        self.timeline.fault("kill_node")
+
+    def _node_failed(self, node: Any, status: int) -> None:
+        tail = node.log_tail() if hasattr(node, "log_tail") else ""
+        self._node_errors.append(
+            f"node {node.node_id} exited with status {status}" + (f": {tail}" if tail else "")
+        )
+        self._stopping.set()
+
+    def _read_summaries(self, node_ids: list[str]) -> None:
+        """Add up what each node that ended (not one that was killed) reported."""
+        fatal: ModelFailed | None = None
+        for node_id in node_ids:
+            try:
+                summary = json.loads(summary_path(self.data_dir, node_id).read_text("utf-8"))
+            except (OSError, ValueError):
+                continue  # killed: what it counted died with it (the ledger did not)
+            for kind, count in dict(summary.get("faults") or {}).items():
+                self._faults[kind] += int(count)
+            self._restarts += int(summary.get("restarts", 0))
+            self._retries += int(summary.get("retries", 0))
+            self._continued += int(summary.get("continued", 0))
+            self._node_errors += [f"node {node_id}: {e}" for e in summary.get("errors", [])]
+            self._interrupted |= bool(summary.get("interrupted")) and self._stopping.is_set()
+            self._node_times(summary)
+            if summary.get("fatal") and fatal is None:
+                error = ModelError(
+                    str(summary.get("fatal_error") or summary["fatal"]),
+                    retryable=bool(summary.get("fatal_retryable", True)),
+                )
+                fatal = ModelFailed(str(summary["fatal"]), error, 1)
+        if fatal is not None:
+            raise fatal
+
+    def _node_times(self, summary: dict[str, Any]) -> None:
+        wall = time.time() - self.timeline.now()
+        with self.timeline._lock:
+            self.timeline.faults += [(t - wall, str(k)) for t, k in summary.get("fault_times", [])]
+            self.timeline.restarts += [t - wall for t in summary.get("restart_times", [])]
+
+    def _fill_timeline(self, entries: list[dict[str, Any]], wall0: float) -> None:
+        """This run's turns, from the ledgers (a killed node's turns are there too)."""
+        offset = time.time() - self.timeline.now()
+        with self.timeline._lock:
+            self.timeline.turns = sorted(
+                (float(e["at"]) - offset, float(e.get("latency", 0.0)))
+                for e in entries
+                if isinstance(e.get("at"), int | float) and e["at"] >= wall0
+            )
+
+
+__all__ = ["ClusterSimulation", "embedded_server", "merge_ledgers"]
