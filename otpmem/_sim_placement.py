@@ -160,9 +160,11 @@ class _RayNode:
         """End after the turns in flight."""
         self._stop.set()
 
-    def where(self) -> tuple[str, int]:
-        """The actor process's host and id."""
-        return socket.gethostname(), os.getpid()
+    def where(self) -> tuple[str, int, str]:
+        """The actor process's host, id, and the otpmem it imported."""
+        import otpmem
+
+        return socket.gethostname(), os.getpid(), str(otpmem.__file__)
 
 
 class RayNode:
@@ -172,9 +174,17 @@ class RayNode:
         self.node_id = config.node_id
         self._ray = ray
         self._actor = actor_class.remote()
-        host, pid = ray.get(self._actor.where.remote(), timeout=RAY_TIMEOUT)
+        host, pid, package = ray.get(self._actor.where.remote(), timeout=RAY_TIMEOUT)
         self.pid = int(pid)
         self._local = host == socket.gethostname()
+        import otpmem
+
+        if self._local and package != str(otpmem.__file__):
+            self.close()
+            raise RunRefused(
+                f"Ray's worker imported otpmem from {package}, not {otpmem.__file__}: start "
+                "Ray from a directory without another otpmem in it"
+            )
         self._done = self._actor.run.remote(config.dumps())
         self._status: int | None = None
 
@@ -227,7 +237,10 @@ class RayPlacement:
         self._ray = ray
         self._owns = not ray.is_initialized()
         if self._owns:
-            ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            if os.environ.get("RAY_ADDRESS"):  # a cluster's own settings are its own
+                ray.init(log_to_driver=False, logging_level="ERROR")
+            else:
+                ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         # num_cpus=0: a node is placed even where the CPUs are taken (it mostly waits on
         # PostgreSQL); max_concurrency=2: stop() runs while run() does.
         self._actor_class = ray.remote(num_cpus=0, max_concurrency=2, max_restarts=0)(_RayNode)

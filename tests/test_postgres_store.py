@@ -157,6 +157,7 @@ def test_an_unreachable_server_is_named_without_its_password() -> None:
         PostgresStore.start_link(dsn)
     assert "127.0.0.1:9" in str(caught.value) and "s3cret" not in str(caught.value)
     assert redact("host=x password=hunter2 user=y") == "host=x password=*** user=y"
+    assert redact("postgresql://postgres:@/db?host=/s") == "postgresql://postgres:@/db?host=/s"
 
 
 def test_a_schema_from_a_newer_otpmem_is_refused(postgres_dsn: str, pg_namespace: str) -> None:

@@ -73,8 +73,9 @@ def _psycopg() -> Any:
 
 
 def redact(dsn: str) -> str:
-    """A DSN fit for an error message: any password replaced."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+    """A DSN fit for an error message (or run.json): any password replaced; an empty one,
+    which hides nothing, kept (so the DSN still works as written)."""
+    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
 
 
 def embedded_dsn(data_dir: str | os.PathLike[str] | None) -> str:
