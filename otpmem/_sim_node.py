@@ -116,6 +116,8 @@ class NodeSimulation(simulate.Simulation):
         self._rng.seed(f"{config.seed}/node/{config.index}/{config.incarnation}")
         self._outer_stop = stop
         self._queue: queue.Queue[int] = queue.Queue()
+        self._advances: queue.Queue[tuple[int, int]] = queue.Queue()
+        self._workers_done = threading.Event()
         self._next: dict[int, int] = {}
         self._epoch: dict[int, int] = {}
         self._active: set[int] = set()  # leases held, conversation unfinished
@@ -160,13 +162,17 @@ class NodeSimulation(simulate.Simulation):
                 threading.Thread(target=self._worker_loop, args=(ledger,), name=f"node-w{w}")
                 for w in range(max(1, cfg.workers))
             ]
+            workers.append(threading.Thread(target=self._advance_loop, name="node-advancer"))
             for worker in workers:
                 worker.start()
             self._coordinate()
         finally:
             self._stopping.set()
-            for worker in workers:
+            for worker in workers[:-1]:
                 worker.join()
+            self._workers_done.set()  # the advancer records what they acknowledged, then ends
+            if workers:
+                workers[-1].join()
             heartbeat.stop()
             ledger.close()
             if root.alive:
@@ -268,17 +274,45 @@ class NodeSimulation(simulate.Simulation):
         self._acknowledged()
         with self._state:
             self._acked_here += 1
-        if not self.leases.advance(name, turn + 1):
-            self._drop(i)
-            return
-        self._next[i] = turn + 1
         self._maybe_fault()
-        if turn + 1 < self.turns:
-            self._queue.put(i)
-        else:
-            with self._state:
-                self._active.discard(i)
-            self.leases.release(name)
+        # The lease's progress is recorded by the advancer, grouped with the other workers'
+        # (one commit for many): the conversation's next turn waits for it, no worker does.
+        self._advances.put((i, turn + 1))
+
+    def _advance_loop(self) -> None:
+        """Record acknowledged turns in the leases, many at a time; queue each conversation
+        for its next turn once its lease is confirmed, drop it if the lease was lost."""
+        while True:
+            try:
+                batch = [self._advances.get(timeout=0.05)]
+            except queue.Empty:
+                if self._workers_done.is_set():
+                    return
+                continue
+            while True:
+                try:
+                    batch.append(self._advances.get_nowait())
+                except queue.Empty:
+                    break
+            progress = {simulate._conv_id(i): turn for i, turn in batch}
+            try:
+                kept = self.leases.advance_many(progress)
+            except StoreError as exc:  # the database is away: these wait out their leases
+                print(f"node {self.config.node_id}: {exc}", file=sys.stderr, flush=True)
+                kept = set()
+            for i, turn in batch:
+                name = simulate._conv_id(i)
+                if name not in kept:
+                    self._drop(i)
+                    continue
+                self._next[i] = turn
+                if turn < self.turns:
+                    self._queue.put(i)
+                    continue
+                with self._state:
+                    self._active.discard(i)
+                with contextlib.suppress(StoreError):
+                    self.leases.release(name)
 
     def _begun(self, name: str, turn: int) -> bool:
         """Whether an earlier owner stored part (or all) of this turn before it died."""

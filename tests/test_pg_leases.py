@@ -208,3 +208,24 @@ def test_heartbeat_reports_a_lease_another_owner_took(
 def test_a_bad_ttl_is_refused(postgres_dsn: str, leases_ns: str) -> None:
     with pytest.raises(ValueError, match="ttl"):
         Leases(postgres_dsn, leases_ns, owner="x", ttl=0)
+
+
+def test_advance_many_records_the_held_leases_in_one_statement_and_drops_a_lost_one(
+    mine: Leases, postgres_dsn: str, leases_ns: str
+) -> None:
+    mine.add(["a", "b", "c"])
+    assert len(mine.claim_free(3, below=10)) == 3
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # another owner takes b
+        conn.execute(
+            f"UPDATE {leases_ns}.leases SET owner = 'thief', epoch = epoch + 1 WHERE name = 'b'"
+        )
+
+    kept = mine.advance_many({"a": 2, "b": 2, "c": 5})
+
+    assert kept == {"a", "c"}
+    assert mine.names() == ["a", "c"]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        rows = conn.execute(f"SELECT name, owner, progress FROM {leases_ns}.leases ORDER BY name")
+        assert rows.fetchall() == [("a", "test", 2), ("b", "thief", 0), ("c", "test", 5)]
+    assert mine.progress(below=4) == 2 + 0 + 4  # each counted up to below
+    assert mine.remaining(below=4) == 2

@@ -72,6 +72,15 @@ UPDATE {{ns}}.leases SET expires_at = {_TTL}
     WHERE owner = %(owner)s AND progress < %(below)s AND name = ANY(%(names)s::text[])
 RETURNING name
 """
+# Many leases advanced in one statement, one commit: a node's workers group their advances.
+_ADVANCE_MANY = f"""
+UPDATE {{ns}}.leases AS l
+    SET progress = greatest(l.progress, v.progress), expires_at = {_TTL}
+    FROM unnest(%(names)s::text[], %(epochs)s::bigint[], %(progress)s::bigint[])
+        AS v(name, epoch, progress)
+    WHERE l.name = v.name AND l.owner = %(owner)s AND l.epoch = v.epoch
+RETURNING l.name
+"""
 _ADVANCE = f"""
 UPDATE {{ns}}.leases SET progress = greatest(progress, %(progress)s), expires_at = {_TTL}
     WHERE name = %(name)s AND owner = %(owner)s AND epoch = %(epoch)s
@@ -123,6 +132,7 @@ class Leases:
                 "claim_free": _CLAIM_FREE,
                 "renew": _RENEW,
                 "advance": _ADVANCE,
+                "advance_many": _ADVANCE_MANY,
                 "add": "INSERT INTO {ns}.leases (name) SELECT unnest(%(names)s::text[]) "
                 "ON CONFLICT (name) DO NOTHING",
                 "release": "UPDATE {ns}.leases SET expires_at = '-infinity' "
@@ -248,6 +258,30 @@ class Leases:
             return True
         self._lost(name)
         return False
+
+    def advance_many(self, progress: dict[str, int]) -> set[str]:
+        """``advance`` for many leases in one statement (one commit); returns the names
+        still held, whose progress was recorded. The others were lost."""
+        sent = time.monotonic()
+        with self._state:
+            held = {name: self._held[name] for name in progress if name in self._held}
+        if held:
+            names = sorted(held)
+            rows = self._execute(
+                "advance_many",
+                names=names,
+                epochs=[held[n][0] for n in names],
+                progress=[progress[n] for n in names],
+            )
+        else:
+            rows = []
+        kept = {str(row[0]) for row in rows}
+        for name in progress:
+            if name in kept:
+                self._took(name, held[name][0], sent)
+            else:
+                self._lost(name)
+        return kept
 
     def release(self, name: str) -> None:
         """Let ``name`` go at once (another owner may claim it now, if it is unfinished)."""
