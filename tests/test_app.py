@@ -46,7 +46,7 @@ def assistant(text: str | None) -> dict[str, Any]:
 
 
 def counting_model() -> ScriptedModel:
-    return ScriptedModel(lambda messages, tools: f"saw:{len(messages)}")
+    return ScriptedModel(lambda messages, tools: f"saw:{len(messages)}", usage=False)
 
 
 def store_pid() -> Any:
@@ -220,7 +220,7 @@ def test_data_dir_store_is_leveldb_and_conversations_survive_stop_and_start(
         assert isinstance(whereis(DEFAULT_STORE_NAME), LevelDBStoreHandle)
         assert isinstance(otpmem.default_store(), LevelDBStoreHandle)
         agent = otpmem.start_agent(
-            llm=ScriptedModel(["noted"]), conversation_id="durable", user_id="u1"
+            llm=ScriptedModel(["noted"], usage=False), conversation_id="durable", user_id="u1"
         )
         agent.run("remember me")
         otpmem.default_store().add("plain", [user("kept")])
