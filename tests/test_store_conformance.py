@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from otpmem.stores import ChatMemory, LevelDBStore, MemoryStore
-from otpmem.stores.testing import ChatMemoryConformance
+from otpmem.stores.testing import ChatMemoryConformance, LongTermConformance
 from otpmem.supervisors import Supervisor
 
 
@@ -56,3 +56,19 @@ def test_every_store_handle_satisfies_the_protocol(tmp_path: Path) -> None:
     finally:
         memory.stop()
         disk.stop()
+
+
+class TestMemoryStoreLongTerm(LongTermConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        store = MemoryStore.start_link()
+        yield store
+        store.stop()
+
+
+class TestSupervisedMemoryStoreLongTerm(LongTermConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        sup = Supervisor.start_link([MemoryStore.child_spec("conformance-longterm")])
+        yield MemoryStore.named("conformance-longterm")
+        sup.stop()

@@ -13,7 +13,7 @@ reads, and sees every write the owner finished.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
@@ -121,6 +121,14 @@ class Table(Generic[K, V]):
     def pop(self, key: K, default: Any = None) -> Any:
         """Remove ``key`` and return its value (owner only)."""
         return self._write().pop(key, default)
+
+    def update(self, puts: dict[K, V], deletes: Iterable[K] = ()) -> None:
+        """Write several keys and delete others as one step (owner only): a kill arriving
+        meanwhile lands before all of them or after all of them, never between two."""
+        data = self._write()
+        data.update(puts)
+        for key in deletes:
+            data.pop(key, None)
 
     def clear(self) -> None:
         """Remove every key (owner only)."""

@@ -42,6 +42,7 @@ from ..messages import (
     short_repr,
 )
 from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
+from . import _longterm_table as lt
 from ._base import (
     KEYS_KEPT,
     STORE_INTENSITY,
@@ -52,12 +53,14 @@ from ._base import (
     check_last,
 )
 from ._client import StoreClient, parse_request
+from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from .longterm import FactLimitReached
 
 READY_TIMEOUT = 5.0
 # (messages, n, pinned positions, idempotency key -> position of its batch or None,
 #  how many pinned messages the n hold, superseded summaries included)
 _Snapshot = tuple[list[dict[str, Any]], int, tuple[int, ...], dict[str, int] | None, int]
-TableKey = str | Conv
+TableKey = Any  # a conversation (str or Conv), or a long-term record (see _longterm_table)
 
 
 def table_key(conv: Conv) -> TableKey:
@@ -69,8 +72,9 @@ def table_key(conv: Conv) -> TableKey:
     return conv.conversation_id if conv.user_id is None else conv
 
 
-class MemoryStoreHandle(StoreClient, Handle):
-    """The ``ChatMemory`` face of a MemoryStore: writes are calls, reads are direct."""
+class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``) face of a MemoryStore: writes are calls,
+    reads are direct."""
 
     __slots__ = ("_fast", "_last_table", "_own")
 
@@ -200,7 +204,11 @@ class MemoryStoreHandle(StoreClient, Handle):
     def conversations(self, user_id: str | None = None) -> list[Conv]:
         """The conversations held: all of them, or one user's."""
         check_user_id(user_id)
-        convs = [Conv(None, k) if isinstance(k, str) else k for k in list(self._mapping())]
+        convs = [
+            Conv(None, k) if isinstance(k, str) else k
+            for k in list(self._mapping())
+            if not lt.is_longterm(k)
+        ]
         return [c for c in convs if user_id is None or c.user_id == user_id]
 
 
@@ -215,7 +223,13 @@ class MemoryStore(GenServer):
     Handle.named("memory")  # a MemoryStoreHandle's calls go through the name
     """
 
-    caller_errors = (InvalidMessage, ValueError, TypeError, ConversationCleared)
+    caller_errors = (
+        InvalidMessage,
+        ValueError,
+        TypeError,
+        ConversationCleared,
+        FactLimitReached,
+    )
     handle_class = MemoryStoreHandle
 
     @classmethod
@@ -284,16 +298,23 @@ class MemoryStore(GenServer):
         self.adopted = claimed is not None or self.table.adopted
 
     def handle_call(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
+            return self._longterm(*parse_longterm(message, "MemoryStore"))
         kind, arg = parse_request(message, "MemoryStore")
         if kind == "add":
             conv, batch, key, follows = arg
             self._append(conv, batch, key, follows)
         elif kind == "clear":
-            self.table.pop(table_key(arg))
+            mapping = self.table.mapping()
+            self.table.update(lt.clear_puts(mapping, arg), [table_key(arg), *lt.clear_deletes(arg)])
         elif kind == "forget_user":
-            for key in list(self.table):
-                if type(key) is Conv and key.user_id == arg:
-                    del self.table[key]
+            doomed = [
+                key
+                for key in self.table
+                if (type(key) is Conv and key.user_id == arg)
+                or (lt.is_longterm(key) and lt.owned_by(key, arg))
+            ]
+            self.table.update(lt.forget_puts(self.table.mapping(), arg), doomed)
         elif kind == "import":
             for conv, batch, key in arg:
                 self._append(conv, batch, key)
@@ -341,7 +362,27 @@ class MemoryStore(GenServer):
             keys[idempotency_key] = n
             if len(keys) > KEYS_KEPT:
                 del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
-        self.table[key] = (messages, n + len(batch), pins, keys, pinned_count)
+        puts: dict[Any, Any] = lt.usage_puts(self.table.mapping(), conv, batch)
+        puts[key] = (messages, n + len(batch), pins, keys, pinned_count)
+        self.table.update(puts)  # the messages and their usage sums in one step
+
+    def _longterm(self, kind: str, arg: Any) -> Any:
+        mapping: dict[Any, Any] = self.table.mapping()
+        if kind == "save_facts":
+            user_id, facts, deletes, cursor, max_facts, evict = arg
+            saved, puts = lt.fact_write(mapping, user_id, facts, deletes, cursor, max_facts, evict)
+            before: set[str] = set(mapping.get(lt.key("facts", user_id), {}))
+            self.table.update(puts)
+            after: set[str] = set(puts[lt.key("facts", user_id)])
+            return saved, sorted(before - after)
+        if kind == "save_profile":
+            self.table.update({lt.key("profile", arg.user_id): arg})
+            return arg
+        if kind == "delete_profile":
+            return self.table.pop(lt.key("profile", arg)) is not None
+        conv, upto = arg
+        self.table.update(lt.job_puts(mapping, conv, upto))
+        return None
 
 
 def _pins_after(messages: list[dict[str, Any]], pins: tuple[int, ...], old: int) -> tuple[int, ...]:

@@ -1,0 +1,135 @@
+"""The long-term half of every store handle: writes as calls, and the servers' checks.
+
+A store's handle mixes ``LongTermClient`` in beside ``StoreClient`` and provides the reads;
+its server answers the requests ``parse_longterm`` accepts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..messages import Conv, ConvLike, as_conv, short_repr
+from .longterm import (
+    MAX_FACTS_PER_USER,
+    Fact,
+    Profile,
+    check_fact,
+    check_fact_key,
+    check_limit,
+    check_profile,
+    check_user,
+)
+
+LONGTERM_KINDS = frozenset({"save_facts", "save_profile", "delete_profile", "request_extraction"})
+
+
+class LongTermClient:
+    """Facts, profiles and extraction jobs, written through the store's server."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def call(self, message: Any, timeout: float | None = 5.0) -> Any: ...
+
+    def save_fact(
+        self,
+        fact: Fact,
+        *,
+        max_facts: int = MAX_FACTS_PER_USER,
+        evict: bool = False,
+        timeout: float | None = 10.0,
+    ) -> Fact:
+        """Upsert on (user_id, key): a changed value gets the next version and the old one
+        goes to ``fact_history``; a new key past ``max_facts`` raises ``FactLimitReached``
+        (or, with ``evict``, replaces the least recently updated fact)."""
+        fact = check_fact(fact)
+        saved = self.save_facts(
+            fact.user_id, [fact], max_facts=max_facts, evict=evict, timeout=timeout
+        )
+        return saved[0]
+
+    def save_facts(
+        self,
+        user_id: str,
+        facts: Sequence[Fact],
+        deletes: Sequence[str] = (),
+        *,
+        cursor: tuple[ConvLike, int] | None = None,
+        max_facts: int = MAX_FACTS_PER_USER,
+        evict: bool = False,
+        timeout: float | None = 10.0,
+    ) -> list[Fact]:
+        """Upsert ``facts``, delete ``deletes`` and move an extraction ``cursor`` (conv,
+        position), all in one write: all of it happens, or none."""
+        request = parse_save_facts((user_id, list(facts), list(deletes), cursor, max_facts, evict))
+        saved, _removed = self.call(("save_facts", *request), timeout)
+        return list(saved)
+
+    def delete_fact(self, user_id: str, key: str, timeout: float | None = 10.0) -> bool:
+        """Delete the fact (its history stays); False if there was none."""
+        request = parse_save_facts((user_id, [], [key], None, MAX_FACTS_PER_USER, False))
+        _saved, removed = self.call(("save_facts", *request), timeout)
+        return key in removed
+
+    def save_profile(self, profile: Profile, timeout: float | None = 10.0) -> Profile:
+        """Replace the user's profile; return it as stored (with ``updated_at``)."""
+        stored: Profile = self.call(("save_profile", check_profile(profile)), timeout)
+        return stored
+
+    def delete_profile(self, user_id: str, timeout: float | None = 10.0) -> bool:
+        """Delete the user's profile; False if there was none."""
+        deleted: bool = self.call(("delete_profile", check_user(user_id)), timeout)
+        return deleted
+
+    def request_extraction(self, conv: ConvLike, upto: int, timeout: float | None = 10.0) -> None:
+        """Durably ask for the conversation's messages before ``upto`` to be extracted."""
+        self.call(("request_extraction", *check_job((conv, upto))), timeout)
+
+
+def parse_save_facts(args: Sequence[Any]) -> tuple[Any, ...]:
+    """Check a ``save_facts`` request (the handle's and the server's own check)."""
+    user_id, facts, deletes, cursor, max_facts, evict = args
+    user_id = check_user(user_id)
+    if not isinstance(facts, list | tuple) or not isinstance(deletes, list | tuple):
+        raise ValueError("save_facts takes a list of facts and a list of keys to delete")
+    checked = [check_fact(f) for f in facts]
+    if any(f.user_id != user_id for f in checked):
+        raise ValueError(f"save_facts for {user_id!r} was given another user's fact")
+    keys = [check_fact_key(k) for k in deletes]
+    if cursor is not None:
+        if not (isinstance(cursor, tuple) and len(cursor) == 2):
+            raise ValueError(f"a cursor is (conv, position), got {short_repr(cursor)}")
+        conv, position = check_job(cursor)
+        if conv.user_id != user_id:
+            raise ValueError(f"the cursor of {conv} is not {user_id!r}'s to move")
+        cursor = (conv, position)
+    if not isinstance(evict, bool):
+        raise ValueError(f"evict must be a bool, got {short_repr(evict)}")
+    return user_id, checked, keys, cursor, check_limit(max_facts), evict
+
+
+def check_job(job: tuple[Any, Any]) -> tuple[Conv, int]:
+    """(conv, position) with a position that is an int >= 0."""
+    conv, position = as_conv(job[0]), job[1]
+    if type(position) is not int or position < 0:
+        raise ValueError(f"a message position is an int >= 0, got {short_repr(position)}")
+    return conv, position
+
+
+def parse_longterm(message: tuple[Any, ...], store: str) -> tuple[str, Any]:
+    """The server's check of a long-term request; ``ValueError`` names what is wrong."""
+    kind, args = message[0], message[1:]
+    arity = {"save_facts": 6, "save_profile": 1, "delete_profile": 1, "request_extraction": 2}
+    if len(args) != arity[kind]:
+        raise ValueError(f"{store}: {kind!r} takes {arity[kind]} argument(s)")
+    if kind == "save_facts":
+        return kind, parse_save_facts(args)
+    if kind == "save_profile":
+        checked = check_profile(args[0])
+        return kind, Profile(checked.user_id, checked.summary, dict(checked.metadata), time.time())
+    if kind == "delete_profile":
+        return kind, check_user(args[0])
+    return kind, check_job((args[0], args[1]))

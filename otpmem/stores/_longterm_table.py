@@ -1,0 +1,244 @@
+"""MemoryStore's long-term records: facts, profiles, usage and cursors in its own table.
+
+They live in the same table as the conversations, under keys no conversation can have
+(plain 3-tuples: a ``Conv`` is a 2-tuple, a conversation of no user a str), so they
+outlive a crash with the messages, and an ``add`` updates its messages and its usage sums
+in one ``Table.update``. Readers read them directly, as they read conversations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..messages import Conv, ConvLike, as_conv
+from .longterm import (
+    Fact,
+    Profile,
+    Usage,
+    check_fact_key,
+    check_since,
+    check_user,
+    plan_facts,
+    usage_of,
+)
+
+MARK = "\x00otpmem.longterm"
+LongTermKey = tuple[str, str, Any]
+
+
+def key(kind: str, owner: Any) -> LongTermKey:
+    """The table key of one long-term record."""
+    return (MARK, kind, owner)
+
+
+def is_longterm(table_key: object) -> bool:
+    """Whether a table key is a long-term record's (not a conversation's)."""
+    return type(table_key) is tuple and len(table_key) == 3 and table_key[0] == MARK
+
+
+def owned_by(table_key: LongTermKey, user_id: str) -> bool:
+    """Whether a long-term record belongs to ``user_id`` (directly or by conversation)."""
+    owner = table_key[2]
+    return (
+        owner == user_id
+        if isinstance(owner, str)
+        else (isinstance(owner, Conv) and owner.user_id == user_id)
+    )
+
+
+def usage_puts(
+    mapping: Mapping[Any, Any], conv: Conv, batch: Sequence[Mapping[str, Any]]
+) -> dict[LongTermKey, Any]:
+    """The usage sums and log entries an added batch brings, ready for one update."""
+    added = Usage()
+    for message in batch:
+        usage = usage_of(message)
+        if usage is not None:
+            added = added + usage
+    if added == Usage():
+        return {}
+    user = conv.user_id
+    log = mapping.get(key("log", user))
+    entry = (time.time(), conv, added)
+    return {
+        key("conv_usage", conv): mapping.get(key("conv_usage", conv), Usage()) + added,
+        key("user_usage", user): mapping.get(key("user_usage", user), Usage()) + added,
+        # Readers hold the tuple they read; a new one replaces it in the same update.
+        key("log", user): (entry,) if log is None else (*log, entry),
+    }
+
+
+def clear_deletes(conv: Conv) -> list[LongTermKey]:
+    """What clearing a conversation forgets of its long-term records (not the user's sums)."""
+    return [key("conv_usage", conv), key("cursor", conv)]
+
+
+def clear_puts(mapping: Mapping[Any, Any], conv: Conv) -> dict[LongTermKey, Any]:
+    """A cleared conversation's usage window restarts now; its pending job goes."""
+    puts: dict[LongTermKey, Any] = {key("cleared", conv): time.time()}
+    jobs = mapping.get(key("jobs", None))
+    if jobs and conv in jobs:
+        puts[key("jobs", None)] = {c: n for c, n in jobs.items() if c != conv}
+    return puts
+
+
+def forget_puts(mapping: Mapping[Any, Any], user_id: str) -> dict[LongTermKey, Any]:
+    """Pending jobs of a forgotten user's conversations go with them."""
+    jobs = mapping.get(key("jobs", None))
+    if jobs and any(c.user_id == user_id for c in jobs):
+        return {key("jobs", None): {c: n for c, n in jobs.items() if c.user_id != user_id}}
+    return {}
+
+
+def fact_write(
+    mapping: Mapping[Any, Any],
+    user_id: str,
+    facts: Sequence[Fact],
+    deletes: Sequence[str],
+    cursor: tuple[Conv, int] | None,
+    max_facts: int,
+    evict: bool,
+) -> tuple[list[Fact], dict[LongTermKey, Any]]:
+    """The facts as saved and the table writes of one ``save_facts``."""
+    current: dict[str, Fact] = mapping.get(key("facts", user_id), {})
+    plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict)
+    merged = {k: f for k, f in current.items() if k not in plan.removed}
+    merged.update(plan.put)
+    history: dict[str, tuple[Fact, ...]] = dict(mapping.get(key("history", user_id), {}))
+    for old in plan.superseded:
+        history[old.key] = (*history.get(old.key, ()), old)
+    puts: dict[LongTermKey, Any] = {
+        key("facts", user_id): merged,
+        key("history", user_id): history,
+    }
+    if cursor is not None:
+        conv, position = cursor
+        puts[key("cursor", conv)] = position
+        jobs = mapping.get(key("jobs", None))
+        if jobs and conv in jobs and position >= jobs[conv]:
+            puts[key("jobs", None)] = {c: n for c, n in jobs.items() if c != conv}
+    return plan.saved, puts
+
+
+def job_puts(mapping: Mapping[Any, Any], conv: Conv, upto: int) -> dict[LongTermKey, Any]:
+    """Record (or extend) a pending extraction of ``conv`` up to ``upto``."""
+    jobs = dict(mapping.get(key("jobs", None), {}))
+    if upto <= max(jobs.get(conv, 0), mapping.get(key("cursor", conv), 0)):
+        return {}
+    jobs[conv] = upto
+    return {key("jobs", None): jobs}
+
+
+# -- reads, on any thread ----------------------------------------------------------------------
+
+
+def read_facts(mapping: Mapping[Any, Any], user_id: str) -> list[Fact]:
+    """A user's facts, by key."""
+    facts: dict[str, Fact] = mapping.get(key("facts", check_user(user_id)), {})
+    return [facts[k] for k in sorted(facts)]
+
+
+def read_fact(mapping: Mapping[Any, Any], user_id: str, fact_key: str) -> Fact | None:
+    """One fact, or None."""
+    facts: dict[str, Fact] = mapping.get(key("facts", check_user(user_id)), {})
+    return facts.get(check_fact_key(fact_key))
+
+
+def read_history(mapping: Mapping[Any, Any], user_id: str, fact_key: str) -> list[Fact]:
+    """The superseded values of one fact, oldest first."""
+    history = mapping.get(key("history", check_user(user_id)), {})
+    return list(history.get(check_fact_key(fact_key), ()))
+
+
+def read_profile(mapping: Mapping[Any, Any], user_id: str) -> Profile | None:
+    """A user's profile, or None."""
+    profile: Profile | None = mapping.get(key("profile", check_user(user_id)))
+    return profile
+
+
+def read_usage(mapping: Mapping[Any, Any], conv: Conv, since: float | None) -> Usage:
+    """A conversation's usage, all of it (one lookup) or since a time (its user's log)."""
+    since = check_since(since)
+    if since is None:
+        total: Usage = mapping.get(key("conv_usage", conv), Usage())
+        return total
+    cleared = mapping.get(key("cleared", conv))
+    if cleared is not None:
+        since = max(since, cleared)
+    return _sum_log(mapping.get(key("log", conv.user_id), ()), since, conv)
+
+
+def read_user_usage(mapping: Mapping[Any, Any], user_id: str, since: float | None) -> Usage:
+    """A user's usage across conversations, cleared ones included."""
+    since = check_since(since)
+    user_id = check_user(user_id)
+    if since is None:
+        total: Usage = mapping.get(key("user_usage", user_id), Usage())
+        return total
+    return _sum_log(mapping.get(key("log", user_id), ()), since, None)
+
+
+def read_cursor(mapping: Mapping[Any, Any], conv: Conv) -> int:
+    """How many of the conversation's messages extraction has processed."""
+    cursor: int = mapping.get(key("cursor", conv), 0)
+    return cursor
+
+
+def read_jobs(mapping: Mapping[Any, Any]) -> list[tuple[Conv, int]]:
+    """The pending extractions."""
+    jobs: dict[Conv, int] = mapping.get(key("jobs", None), {})
+    return sorted(jobs.items())
+
+
+def _sum_log(log: Sequence[tuple[float, Conv, Usage]], since: float, conv: Conv | None) -> Usage:
+    total = Usage()
+    for stamp, where, usage in reversed(log):  # newest first: stop at the window's start
+        if stamp < since:
+            break
+        if conv is None or where == conv:
+            total = total + usage
+    return total
+
+
+class TableReads:
+    """The long-term reads of a MemoryStore handle, straight from its table."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _mapping(self) -> dict[Any, Any]: ...
+
+    def get_fact(self, user_id: str, key: str) -> Fact | None:
+        """The fact, or None."""
+        return read_fact(self._mapping(), user_id, key)
+
+    def get_facts(self, user_id: str) -> list[Fact]:
+        """Every fact of the user, by key."""
+        return read_facts(self._mapping(), user_id)
+
+    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+        """The values superseded or deleted, oldest first."""
+        return read_history(self._mapping(), user_id, key)
+
+    def get_profile(self, user_id: str) -> Profile | None:
+        """The profile, or None."""
+        return read_profile(self._mapping(), user_id)
+
+    def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
+        """The conversation's recorded usage (one lookup; ``since``: a window of its log)."""
+        return read_usage(self._mapping(), as_conv(conv), since)
+
+    def user_usage(self, user_id: str, since: float | None = None) -> Usage:
+        """The user's recorded usage across conversations, cleared ones included."""
+        return read_user_usage(self._mapping(), user_id, since)
+
+    def extraction_cursor(self, conv: ConvLike) -> int:
+        """How many of the conversation's messages extraction has processed."""
+        return read_cursor(self._mapping(), as_conv(conv))
+
+    def pending_extractions(self) -> list[tuple[Conv, int]]:
+        """The extractions asked for and not yet done."""
+        return read_jobs(self._mapping())
