@@ -1,5 +1,13 @@
 """Memory policy: providers over stores, id-safe windows, strategies, token counting."""
 
+from .longterm import (
+    ExtractionFailed,
+    ExtractionReport,
+    FactExtractor,
+    LongTermMemory,
+    ModelFactExtractor,
+    RuleFactExtractor,
+)
 from .pipeline import PRESETS, Pipeline, PrepareReport
 from .provider import DefaultProvider, MemoryProvider, PipelineProvider
 from .strategies import (
@@ -28,14 +36,20 @@ __all__ = [
     "PRESETS",
     "SUMMARY_PREFIX",
     "DefaultProvider",
+    "ExtractionFailed",
+    "ExtractionReport",
     "ExtractiveSummarizer",
+    "FactExtractor",
     "HeuristicCounter",
+    "LongTermMemory",
     "MemoryProvider",
+    "ModelFactExtractor",
     "ModelSummarizer",
     "Pipeline",
     "PipelineProvider",
     "PrepareContext",
     "PrepareReport",
+    "RuleFactExtractor",
     "SlidingWindow",
     "Strategy",
     "Summarization",
