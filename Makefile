@@ -27,15 +27,31 @@ demo: $(STAMP)
 	echo "== run 1: 20 agents x 10 turns, chaos 0.1; the process kills itself (SIGKILL) after 120 turns"; \
 	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.1 --seed 1 --data $$dir --kill-self-after 120 --no-progress; \
 	echo "== run 1 ended with status $$? (137: killed by SIGKILL, as planned)"; \
-	echo "== run 2: recovery in the same directory: finish the turns, then audit everything"; \
-	$(VENV)/bin/otpmem simulate --agents 20 --turns 10 --chaos 0.1 --seed 2 --data $$dir --resume; \
+	echo "== run 2: recovery in the same directory (the run's parameters are in its run.json): finish the turns, then audit everything"; \
+	$(VENV)/bin/otpmem simulate --data $$dir --resume; \
 	status=$$?; rm -rf $$dir; exit $$status
 
+# Every example in examples/, each in a scratch directory (tests/test_examples.py checks that
+# this list names them all): the one-layer demos, the multi-agent simulation, the embedded
+# service fed two requests on stdin (end of input stops it), the SIGKILL-and-recover pair,
+# and the fault-injection suite under pytest.
+EXAMPLES := supervision_demo store_recovery_demo memory_policy_demo agents_demo \
+            multi_agent_simulation recall_demo
 examples: $(STAMP)
-	$(PY) examples/supervision_demo.py
-	$(PY) examples/store_recovery_demo.py
-	$(PY) examples/memory_policy_demo.py
-	$(PY) examples/agents_demo.py
+	@set -e; root=$$(pwd); dir=$$(mktemp -d -t otpmem-examples-XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
+	cd "$$dir"; \
+	for example in $(EXAMPLES); do \
+		echo "== examples/$$example.py"; $(abspath $(PY)) $$root/examples/$$example.py; \
+	done; \
+	echo "== examples/embedded_service.py (two requests on stdin)"; \
+	printf 'alice: 2+3\nstats\n' | $(abspath $(PY)) $$root/examples/embedded_service.py "$$dir/service"; \
+	echo "== examples/restart_recovery.py, run 1 (kills itself with SIGKILL)"; \
+	status=0; $(abspath $(PY)) $$root/examples/restart_recovery.py "$$dir/recovery" || status=$$?; \
+	test $$status -eq 137 || { echo "expected status 137 (SIGKILL), got $$status"; exit 1; }; \
+	echo "== examples/restart_recovery.py, run 2 (recovers and checks)"; \
+	$(abspath $(PY)) $$root/examples/restart_recovery.py "$$dir/recovery"; \
+	echo "== examples/fault_injection (pytest)"; \
+	cd "$$root" && $(PY) -m pytest -q -p no:cacheprovider examples/fault_injection
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

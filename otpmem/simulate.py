@@ -7,55 +7,57 @@ sees; at the end every conversation is read back and every acknowledged message 
 there, in order, and nothing else: every turn is retried with the same turn id after a
 fault, so each message is stored exactly once (``messages stored == messages acked``). A run
 killed with SIGKILL can be resumed: the ledger says where each agent was, the turn in flight
-continues from what it stored, and the audit covers both runs.
+continues from what it stored, and the audit covers both runs. The run's parameters are kept
+beside the ledger (``run.json``): a resumed run is the run that was started.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import store_files
+from ._sim_files import (
+    LEDGER,
+    PARAMS,
+    Ledger,
+    RunMismatch,
+    RunParams,
+    RunRefused,
+    check_run_directory,
+)
+from ._sim_model import ModelFailed, ModelWatch, add, scripted_arithmetic
+from ._sim_report import report_lines, verdict_lines
+from ._sim_timeline import Timeline
 from .actors import CallTimeout, NoProcess, ServerExited, faults
 from .actors.faults import FaultPlan
 from .agents import AgentHandle, TurnFailed
-from .app import AGENTS_NAME, running, start_agent
-from .llm import ChatModel, ScriptedModel, tool_call
+from .app import AGENTS_NAME, start, start_agent
+from .llm import ChatModel, ScriptedModel
 from .messages import Conv
 from .stores import default_store
-from .supervisors import SupervisorEvent
+from .supervisors import SupervisorEvent, SupervisorHandle
 
 USER_ID = "sim"
-LEDGER = "ledger.jsonl"
 FAULTS = ("kill_store", "crash_store", "kill_agent", "crash_agent_on_message")
 Retryable = (NoProcess, ServerExited, TurnFailed, CallTimeout)
+TURN_ATTEMPTS = 200
+TURN_TIMEOUT = 60.0
+MODEL_FAILURE_BUDGET = 3
+"""Turns in a row that may fail on the model (after its client's own retries) before the
+run stops: the model is down, and every further attempt would only wait and fail."""
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-def scripted_arithmetic(messages: list[dict[str, Any]], tools: Any) -> Any:
-    """The default model: a question with numbers gets the add tool, its result an answer."""
-    last = messages[-1]
-    if last["role"] == "tool":
-        return f"The answer is {last['content']}."
-    text = str(last.get("content") or "")
-    if last["role"] == "user" and "+" in text:
-        left, right = text.rsplit(" ", 1)[-1].rstrip("?").split("+")
-        arguments = json.dumps({"a": int(left), "b": int(right)})
-        call = tool_call(f"add-{len(messages)}", "add", arguments)  # unique in the conversation
-        return {"content": "Let me add that.", "tool_calls": [call]}
-    return f"Noted: {text}"
+class _Stopped(Exception):
+    """A worker leaves its turns: the run is stopping (Ctrl-C, or the model is down)."""
 
 
 @dataclass
@@ -75,6 +77,9 @@ class SimulationReport:
     duplicated: int = 0
     lost_examples: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    data_dir: str = ""
+    retries: int = 0
+    interrupted: bool = False
 
     @property
     def complete(self) -> bool:
@@ -86,72 +91,43 @@ class SimulationReport:
         """True when every turn was done and every acknowledged message is stored, once."""
         return self.lost == 0 and self.duplicated == 0 and self.complete and not self.errors
 
+    @property
+    def turns_this_run(self) -> int:
+        """Turns acknowledged by this run (not by the one it resumed)."""
+        return self.turns_done - self.resumed_from
+
+    @property
+    def turns_per_s(self) -> float:
+        """This run's turns over its wall time, as its progress bar counts them."""
+        return self.turns_this_run / self.seconds if self.seconds > 0 else 0.0
+
     def lines(self) -> list[str]:
-        """The report, as printed by ``otpmem simulate``."""
-        rate = self.turns_done / self.seconds if self.seconds else 0.0
-        injected = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
-        lines = [
-            f"agents:            {self.agents}",
-            f"turns done:        {self.turns_done} of {self.turns_planned}"
-            + (f" ({self.resumed_from} before resuming)" if self.resumed_from else ""),
-            f"messages acked:    {self.messages_acknowledged} (in the ledger)",
-            f"messages stored:   {self.messages_stored} (recounted from the store)",
-            f"faults injected:   {sum(self.faults.values())} ({injected})",
-            f"restarts:          {self.restarts} (by the supervisors)",
-            f"messages lost:     {self.lost}",
-            f"messages extra:    {self.duplicated} (stored, but in no acknowledged turn)",
-            f"throughput:        {rate:.1f} turns/s over {self.seconds:.1f} s",
-        ]
-        lines += [f"  lost: {example}" for example in self.lost_examples]
-        lines += [f"  error: {error}" for error in self.errors]
-        return lines
+        """The report, as printed by ``otpmem simulate``: each figure says what it counts."""
+        return report_lines(self)
+
+    def verdict(self) -> list[str]:
+        """The last lines: OK, or LOST and INCOMPLETE, each followed by its reasons."""
+        return verdict_lines(self)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
-        return {**self.__dict__, "complete": self.complete, "ok": self.ok}
-
-
-class Ledger:
-    """Acknowledged turns, one fsynced JSON line each: the store never writes here."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def record(self, conversation: str, turn: int, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Write one acknowledged turn durably."""
-        entry = {
-            "conversation": conversation,
-            "turn": turn,
-            "messages": [[m.get("role"), m.get("content")] for m in messages],
+        return {
+            **self.__dict__,
+            "complete": self.complete,
+            "ok": self.ok,
+            "turns_this_run": self.turns_this_run,
+            "turns_per_s": self.turns_per_s,
         }
-        with self._lock:
-            self._file.write(json.dumps(entry) + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        """Close the file."""
-        self._file.close()
-
-    @staticmethod
-    def load(path: Path) -> list[dict[str, Any]]:
-        """Every complete entry (a torn last line from a kill -9 is ignored)."""
-        if not path.exists():
-            return []
-        entries = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return entries
 
 
 @dataclass
 class Simulation:
-    """``Simulation(agents=20, turns=10, data_dir="run", chaos=0.05, seed=1).run()``."""
+    """``Simulation(agents=20, turns=10, data_dir="run", chaos=0.05, seed=1).run()``.
+
+    ``progress(n)`` hears of each acknowledged turn, ``on_started(done, planned)`` once the
+    store is open and the ledger read, ``on_retry(text)`` of each turn the model failed.
+    ``stop()`` (from a signal handler, say) ends the run after the turns in flight.
+    """
 
     agents: int
     turns: int
@@ -163,6 +139,10 @@ class Simulation:
     workers: int = 8
     kill_self_after: int | None = None
     progress: Callable[[int], None] | None = None
+    on_started: Callable[[int, int], None] | None = None
+    on_retry: Callable[[str], None] | None = None
+    model_info: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
+    model_failure_budget: int = MODEL_FAILURE_BUDGET
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -177,26 +157,46 @@ class Simulation:
         self._acked = 0
         self._acked_lock = threading.Lock()
         self._errors: list[str] = []
+        self._retries = 0
+        self._model = ModelWatch(self.model_failure_budget, self.on_retry)
+        self._stopping = threading.Event()
+        self._interrupted = False
+        self._fatal: ModelFailed | None = None
+        self.timeline = Timeline()
+
+    @property
+    def params(self) -> RunParams:
+        """The parameters that define this run, as ``run.json`` keeps them."""
+        return RunParams(self.agents, self.turns, self.chaos, self.seed, dict(self.model_info))
+
+    def stop(self) -> None:
+        """End the run after the turns in flight; the report says it was interrupted."""
+        self._interrupted = True
+        self._stopping.set()
 
     def run(self) -> SimulationReport:
         """Run (or resume) the simulation and audit it."""
         ledger_path = self.data_dir / LEDGER
-        previous = Ledger.load(ledger_path)
-        if self.resume and not ledger_path.exists():
-            raise FileNotFoundError(f"nothing to resume: {ledger_path} does not exist")
-        if not self.resume and previous:
-            raise FileExistsError(
-                f"{self.data_dir} holds an earlier run; pass --resume to continue it, "
-                "or choose an empty directory"
-            )
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        done = {(e["conversation"], e["turn"]) for e in previous}
+        check_run_directory(self.data_dir, self.resume)
         started = time.monotonic()
-        ledger = Ledger(ledger_path)
+        self.timeline = Timeline()
+        if self.resume:
+            store_files.check_readable(self.data_dir)  # at once: StoreLocked or StoreCorrupt
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        root = self._start_tree()
         try:
-            with running(
-                self.data_dir, intensity=10_000, period=1.0, listeners=[self._on_event]
-            ) as root:
+            # The store's lock is held from here on: only now is the ledger read, so a run
+            # that finished meanwhile is seen whole.
+            previous = Ledger.load(ledger_path)
+            if self.resume:
+                self._check_params()
+            else:
+                self.params.save(self.data_dir)
+            done = {(e["conversation"], e["turn"]) for e in previous}
+            if done:  # the resumed run's chaos goes on, rather than replaying the first's
+                self._rng.seed(f"{self.seed}/{len(done)}")
+            ledger = Ledger(ledger_path)
+            try:
                 model = self.model or ScriptedModel(scripted_arithmetic)
                 for i in range(self.agents):
                     start_agent(
@@ -208,13 +208,39 @@ class Simulation:
                         name=_agent_name(i),
                         system_prompt=f"You are agent {i} of a simulation.",
                     )
+                if self.on_started is not None:
+                    self.on_started(len(done), self.agents * self.turns)
                 self._drive(done, ledger)
+                if self._fatal is not None:
+                    raise self._fatal
                 root.sync_tree()  # queued behind any exit of a last fault: restarts are done
                 report = self._audit(Ledger.load(ledger_path), time.monotonic() - started)
+            finally:
+                ledger.close()
         finally:
-            ledger.close()
+            if root.alive:
+                root.stop("shutdown", 60.0)
         report.resumed_from = len(done)
         return report
+
+    def _check_params(self) -> None:
+        stored = RunParams.load(self.data_dir)
+        if stored is None:
+            return  # a run from before run.json: trust the caller
+        differences = stored.differences(self.params)
+        if differences:
+            raise RunMismatch(differences)
+
+    def _start_tree(self) -> SupervisorHandle:
+        try:
+            return start(self.data_dir, intensity=10_000, period=1.0, listeners=[self._on_event])
+        except Exception as exc:
+            # The store's own error (locked, corrupt) is the news, not the two supervisors
+            # that reported it on their way up.
+            cause = store_files.store_error_in(exc)
+            if cause is not None:
+                raise cause from None
+            raise
 
     # -- driving turns ----------------------------------------------------------------------
 
@@ -230,12 +256,20 @@ class Simulation:
         ]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # a KeyboardInterrupt in join: let the workers finish first
+            self._stopping.set()
+            for thread in threads:
+                thread.join()
+            raise
 
     def _worker(self, mine: list[int], done: set[tuple[str, int]], ledger: Ledger) -> None:
         try:
             self._work(mine, done, ledger)
+        except _Stopped:
+            return
         except Exception as exc:  # reported, and the run fails: never a silent short run
             self._errors.append(f"{threading.current_thread().name}: {exc}")
 
@@ -244,6 +278,8 @@ class Simulation:
             for i in mine:
                 if (_conv_id(i), turn) in done:
                     continue
+                if self._stopping.is_set():
+                    return
                 messages = self._turn(i, turn)
                 ledger.record(_conv_id(i), turn, messages)
                 self._acknowledged()
@@ -252,15 +288,38 @@ class Simulation:
     def _turn(self, i: int, turn: int) -> list[dict[str, Any]]:
         agent = AgentHandle.named(_agent_name(i))
         text = f"agent {i} turn {turn}: {turn}+{i}?" if turn % 3 == 0 else f"agent {i} turn {turn}"
-        # The same turn id on every attempt, in this run and a resumed one: a retry continues
-        # from what an earlier attempt stored and stores nothing twice.
-        turn_id = f"{_conv_id(i)}:{turn}"
-        for _attempt in range(200):
+        began = time.monotonic()
+        for _attempt in range(TURN_ATTEMPTS):
+            if self._stopping.is_set():
+                raise _Stopped
             try:
-                return agent.run(text, timeout=60.0, turn_id=turn_id).messages
-            except Retryable:
+                messages = self._run_turn(agent, text, f"{_conv_id(i)}:{turn}")
+            except Retryable as exc:
+                self._turn_failed(i, turn, exc)
                 time.sleep(0.005)  # a store or agent is restarting: give it a moment
-        raise RuntimeError(f"agent {i} could not finish turn {turn} in 200 attempts")
+            else:
+                self._model.answered()
+                self.timeline.turn(time.monotonic() - began)
+                return messages
+        raise RuntimeError(f"agent {i} could not finish turn {turn} in {TURN_ATTEMPTS} attempts")
+
+    def _run_turn(self, agent: AgentHandle, text: str, turn_id: str) -> list[dict[str, Any]]:
+        """One attempt at a turn: the only place a turn is run (a retry calls it again).
+
+        The same turn id on every attempt, in this run and a resumed one: a retry continues
+        from what an earlier attempt stored and stores nothing twice.
+        """
+        return agent.run(text, timeout=TURN_TIMEOUT, turn_id=turn_id).messages
+
+    def _turn_failed(self, i: int, turn: int, exc: BaseException) -> None:
+        with self._acked_lock:
+            self._retries += 1
+        failure = self._model.failed(f"agent {i}, turn {turn}", exc)
+        if failure is not None:
+            with self._acked_lock:
+                self._fatal = self._fatal or failure
+            self._stopping.set()
+            raise _Stopped
 
     def _acknowledged(self) -> None:
         with self._acked_lock:
@@ -293,12 +352,14 @@ class Simulation:
         except (NoProcess, CallTimeout):
             return  # it was already down: a fault that found nothing to break
         self._faults[kind] += 1
+        self.timeline.fault(kind)
 
     def _on_event(self, event: SupervisorEvent) -> None:
         # Several supervisors report from their own threads.
         if event.kind == "restarted":
             with self._acked_lock:
                 self._restarts += 1
+            self.timeline.restart()
 
     # -- the audit --------------------------------------------------------------------------
 
@@ -339,6 +400,9 @@ class Simulation:
             seconds=seconds,
             lost_examples=examples,
             errors=list(self._errors),
+            data_dir=str(self.data_dir),
+            retries=self._retries,
+            interrupted=self._interrupted,
         )
 
 
@@ -367,4 +431,16 @@ def _agent_name(i: int) -> str:
     return f"otpmem.sim.agent-{i}"
 
 
-__all__ = ["AGENTS_NAME", "Ledger", "Simulation", "SimulationReport", "scripted_arithmetic"]
+__all__ = [
+    "AGENTS_NAME",
+    "LEDGER",
+    "PARAMS",
+    "Ledger",
+    "ModelFailed",
+    "RunMismatch",
+    "RunParams",
+    "RunRefused",
+    "Simulation",
+    "SimulationReport",
+    "scripted_arithmetic",
+]

@@ -10,6 +10,7 @@ import pytest
 
 from otpmem.actors.testing import no_leaks  # noqa: F401 - autouse fixture
 from otpmem.stores import LevelDBStore, LevelDBStoreHandle
+from tests.cli_support import LockHolder, make_store
 
 
 @pytest.fixture
@@ -26,3 +27,19 @@ def opened() -> Iterator[Callable[..., LevelDBStoreHandle]]:
     for store in stores:
         if store.alive:
             store.stop()
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    """A LevelDB store holding ``tests.cli_support.CONVERSATIONS``, closed again."""
+    return make_store(tmp_path / "store")
+
+
+@pytest.fixture
+def lock_holder() -> Iterator[list[LockHolder]]:
+    """``holders.append(LockHolder(path))`` holds a store's lock; all released at the end."""
+    holders: list[LockHolder] = []
+    yield holders
+    for holder in holders:
+        if holder.proc.poll() is None:
+            holder.release()

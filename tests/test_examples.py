@@ -166,3 +166,11 @@ def test_restart_recovery_finds_every_acknowledged_message_after_sigkill(tmp_pat
     found = re.search(r"recovered: (\d+) acknowledged messages, 0 lost", second.stdout)
     assert found is not None, second.stdout
     assert int(found.group(1)) >= 60  # 30 acknowledged turns of two to four messages
+
+
+def test_make_examples_runs_every_example() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\nEXAMPLES :=", 1)[1].split("\nbench:", 1)[0]
+    for script in sorted(EXAMPLES.glob("*.py")):
+        assert re.search(rf"\b{script.stem}\b", recipe), f"make examples skips {script.name}"
+    assert "pytest" in recipe and "examples/fault_injection" in recipe

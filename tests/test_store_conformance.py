@@ -72,3 +72,11 @@ class TestSupervisedMemoryStoreLongTerm(LongTermConformance):
         sup = Supervisor.start_link([MemoryStore.child_spec("conformance-longterm")])
         yield MemoryStore.named("conformance-longterm")
         sup.stop()
+
+
+class TestLevelDBStoreLongTerm(LongTermConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Any]:
+        store = LevelDBStore.start_link(tmp_path / "db")
+        yield store
+        store.stop()

@@ -15,6 +15,7 @@ from ._base import (
     StoreLocked,
     StoreUnavailable,
 )
+from ._documents import parse_import
 from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
 from .longterm import (
@@ -54,5 +55,6 @@ __all__ = [
     "StoredWindow",
     "Usage",
     "default_store",
+    "parse_import",
     "usage_of",
 ]

@@ -26,7 +26,7 @@ logger = logging.getLogger("otpmem.stores")
 Op = tuple[bytes, bytes | None]  # (key, value); None deletes
 MISSING = object()
 """What ``Committer.staged`` returns for a key no queued write touches."""
-_Write = tuple[list[Op], "ReplyTo | None", int, list[bytes]]
+_Write = tuple[list[Op], "ReplyTo | None", int, list[bytes], Any]
 
 
 class Committer:
@@ -51,9 +51,14 @@ class Committer:
         self._thread.start()
 
     def submit(
-        self, ops: list[Op], to: ReplyTo | None, staged: dict[bytes, bytes | None] | None = None
+        self,
+        ops: list[Op],
+        to: ReplyTo | None,
+        staged: dict[bytes, bytes | None] | None = None,
+        answer: Any = None,
     ) -> None:
-        """Queue one all-or-nothing write; ``to`` is answered once it is durable.
+        """Queue one all-or-nothing write; ``to`` is answered (with ``answer``) once it is
+        durable.
 
         ``staged`` (a subset of ``ops``) is what ``staged()`` shows until it is written.
         """
@@ -68,7 +73,7 @@ class Committer:
             if staged:
                 for key, value in staged.items():
                     self._staged[key] = (token, value)
-            self._queue.append((ops, to, token, list(staged or ())))
+            self._queue.append((ops, to, token, list(staged or ()), answer))
             self._cond.notify()
 
     def staged(self, key: bytes) -> bytes | object | None:
@@ -110,16 +115,16 @@ class Committer:
                 return
             self.groups += 1
             with self._cond:
-                for _, _, token, staged in group:
+                for _, _, token, staged, _ in group:
                     for key in staged:
                         found = self._staged.get(key)
                         if found is not None and found[0] <= token:
                             del self._staged[key]
                 self._busy = False
                 self._cond.notify_all()
-            for _, to, *_ in group:
+            for _, to, _, _, answer in group:
                 if to is not None:
-                    reply(to, None)
+                    reply(to, answer)
 
     def _fail(self, group: list[_Write], exc: BaseException) -> None:
         logger.error("LevelDB write failed; failing %d writes", len(group), exc_info=exc)

@@ -15,145 +15,41 @@ restarted store can open the directory at once. Reads run on the caller's thread
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from ..actors import NO_REPLY, GenServer, Handle, InitFailed, NoProcess, blocking, on_exit
+from ..actors import NO_REPLY, GenServer, Handle, InitFailed, blocking, on_exit
 from ..actors._node import current
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
-    ConvLike,
     FrozenDict,
     InvalidMessage,
-    as_conv,
-    check_user_id,
     is_pinned,
     is_summary,
     short_repr,
 )
 from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
 from . import _leveldb_keys as keys
+from . import _leveldb_longterm as lt
 from ._base import (
     KEYS_KEPT,
     STORE_INTENSITY,
     STORE_PERIOD,
     ConversationCleared,
-    StoredWindow,
     StoreError,
-    check_key,
-    check_last,
 )
-from ._client import StoreClient, parse_request
+from ._client import parse_request
 from ._committer import MISSING, Committer, Op
+from ._leveldb_handle import READY_TIMEOUT, LevelDBStoreHandle
 from ._leveldb_open import ReadGate, ensure_layout, open_db
+from ._longterm_client import LONGTERM_KINDS, parse_longterm
+from .longterm import FactLimitReached
 
-READY_TIMEOUT = 30.0
-
-
-def _unpack(raw: bytes) -> dict[str, Any]:
-    message: dict[str, Any] = msgpack.unpackb(raw, raw=False)
-    return message
-
-
-class LevelDBStoreHandle(StoreClient, Handle):
-    """The ``ChatMemory`` face of a LevelDBStore: writes are calls, reads are direct."""
-
-    __slots__ = ()
-
-    @contextmanager
-    def _db(self) -> Iterator[Any]:
-        process = self.resolve()
-        if not process.wait_ready(READY_TIMEOUT):
-            raise NoProcess(self._target())
-        server: LevelDBStore = process.server  # type: ignore[assignment]
-        with server.gate.reading(self._target()):
-            yield server.db
-
-    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
-        """The conversation oldest first, or its newest ``last`` messages (n reads, not all)."""
-        prefix = keys.conv_prefix(keys.MESSAGE, as_conv(conv))
-        last = check_last(last)
-        if last == 0:
-            return []
-        with self._db() as db:
-            if last is None:
-                return [_unpack(v) for v in db.iterator(prefix=prefix, include_key=False)]
-            newest = []
-            with db.iterator(prefix=prefix, include_key=False, reverse=True) as it:
-                for value in it:
-                    newest.append(value)
-                    if len(newest) == last:
-                        break
-        return [_unpack(v) for v in reversed(newest)]
-
-    def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
-        """The pinned index: (position, message) of each system and pinned message and of
-        the newest summary, oldest first (one range scan of the index)."""
-        prefix = keys.conv_prefix(keys.PINNED, as_conv(conv))
-        with self._db() as db:
-            return [(keys.seq_of(k), _unpack(v)) for k, v in db.iterator(prefix=prefix)]
-
-    def window(self, conv: ConvLike, last: int) -> StoredWindow:
-        """The newest ``last`` messages and the pinned ones before them, from one snapshot:
-        O(last + pinned) reads, whatever the conversation's length."""
-        key = as_conv(conv)
-        if check_last(last) is None:
-            raise ValueError("window needs last: an int >= 0")
-        messages = keys.conv_prefix(keys.MESSAGE, key)
-        pinned = keys.conv_prefix(keys.PINNED, key)
-        newest: list[bytes] = []
-        with self._db() as db, db.snapshot() as snapshot:
-            raw = snapshot.get(keys.conv_prefix(keys.META, key))
-            meta = [0, 0] if raw is None else msgpack.unpackb(raw)
-            total = int(meta[1])
-            if last:
-                with snapshot.iterator(prefix=messages, include_key=False, reverse=True) as it:
-                    for value in it:
-                        newest.append(value)
-                        if len(newest) == last:
-                            break
-            start = total - len(newest)
-            before = [
-                (keys.seq_of(k), _unpack(v))
-                for k, v in snapshot.iterator(start=pinned, stop=keys.message_key(pinned, start))
-            ]
-        tail = [_unpack(v) for v in reversed(newest)]
-        pinned_count = int(meta[4]) if len(meta) > 4 else len(before)
-        pinned_before = pinned_count - sum(1 for m in tail if is_pinned(m))
-        return StoredWindow(before, tail, start, total, pinned_before)
-
-    def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
-        """Where the batch stored with ``idempotency_key`` begins, or None."""
-        key = as_conv(conv)
-        if check_key(idempotency_key) is None:
-            raise ValueError("key_position needs an idempotency_key")
-        with self._db() as db:
-            raw = db.get(keys.idempotency_key(key, idempotency_key))
-        return None if raw is None else int(msgpack.unpackb(raw)[1])
-
-    def count(self, conv: ConvLike) -> int:
-        """How many messages the conversation holds (one point read)."""
-        meta_key = keys.conv_prefix(keys.META, as_conv(conv))
-        with self._db() as db:
-            raw = db.get(meta_key)
-        return 0 if raw is None else int(msgpack.unpackb(raw)[1])
-
-    def conversations(self, user_id: str | None = None) -> list[Conv]:
-        """The conversations held: all of them, or one user's (a scan of one key each)."""
-        prefix = (
-            keys.META if user_id is None else keys.user_prefix(keys.META, check_user_id(user_id))
-        )
-        with self._db() as db:
-            return [keys.decode_conv(k) for k in db.iterator(prefix=prefix, include_value=False)]
-
-    def flush(self, timeout: float | None = 30.0) -> None:
-        """Return once every write queued before this call is on disk."""
-        self.call(("flush",), timeout)
+__all__ = ["READY_TIMEOUT", "LevelDBStore", "LevelDBStoreHandle"]
 
 
 class LevelDBStore(GenServer):
@@ -165,7 +61,13 @@ class LevelDBStore(GenServer):
     LevelDBStore.start_link("data/memory").get(Conv("alice", "c1"))  # still there
     """
 
-    caller_errors = (InvalidMessage, ValueError, TypeError, ConversationCleared)
+    caller_errors = (
+        InvalidMessage,
+        ValueError,
+        TypeError,
+        ConversationCleared,
+        FactLimitReached,
+    )
     handle_class = LevelDBStoreHandle
 
     @classmethod
@@ -269,6 +171,8 @@ class LevelDBStore(GenServer):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
+            return self._longterm(*parse_longterm(message, "LevelDBStore"))
         kind, arg = parse_request(message, "LevelDBStore")
         if kind == "add":
             staged: dict[bytes, bytes | None] = {}
@@ -283,13 +187,14 @@ class LevelDBStore(GenServer):
             self.committer.submit(ops, self.caller(), staged)
             return NO_REPLY
         if kind == "clear":
-            prefixes = [keys.conv_prefix(k, arg) for k in keys.CONVERSATION_KINDS]
-            return self._delete_range(prefixes, [arg])
+            of_conv = (*keys.CONVERSATION_KINDS, *lt.CONVERSATION_KINDS)
+            prefixes = [keys.conv_prefix(k, arg) for k in of_conv]
+            return self._delete_range(prefixes, [arg], [lt.cleared_op(arg)])
         if kind == "forget_user":
             owned = [c for c in self.meta if c.user_id == arg]
             kinds = (*keys.CONVERSATION_KINDS, keys.META)
             prefixes = [keys.user_prefix(k, arg) for k in kinds]
-            return self._delete_range(prefixes, owned)
+            return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
         if kind == "flush":
             blocking(self.committer.flush)
             return None
@@ -356,6 +261,10 @@ class LevelDBStore(GenServer):
         meta[0] += len(batch)
         meta[1] += len(batch)
         ops.append((keys.conv_prefix(keys.META, conv), msgpack.packb(meta)))
+        usage = lt.usage_ops(lambda key: self._read(key, staged), conv, batch)
+        for key, value in usage[:2]:  # the running sums: the next add must see them
+            staged[key] = value
+        ops.extend(usage)
         return ops
 
     def _key_ops(
@@ -389,7 +298,27 @@ class LevelDBStore(GenServer):
         staged[ops[1][0]] = raw_key
         return ops
 
-    def _delete_range(self, prefixes: list[bytes], convs: list[Conv]) -> Any:
+    def _longterm(self, kind: str, arg: Any) -> Any:
+        # Facts are read, then written: everything queued must be on disk before the read.
+        blocking(self.committer.flush)
+        if kind == "save_facts":
+            saved, removed, ops = lt.fact_ops(self.db, *arg)
+            self.committer.submit(ops, self.caller(), answer=(saved, removed))
+            return NO_REPLY
+        if kind == "save_profile":
+            self.committer.submit([lt.profile_op(arg)], self.caller(), answer=arg)
+            return NO_REPLY
+        if kind == "delete_profile":
+            entry = keys.user_prefix(lt.PROFILE, arg)
+            existed = self.db.get(entry) is not None
+            self.committer.submit([(entry, None)], self.caller(), answer=existed)
+            return NO_REPLY
+        self.committer.submit(lt.job_ops(self.db, *arg), self.caller())
+        return NO_REPLY
+
+    def _delete_range(
+        self, prefixes: list[bytes], convs: list[Conv], puts: Sequence[Op] = ()
+    ) -> Any:
         # Writes still queued would land after a range computed now: write them first.
         blocking(self.committer.flush)
         ops: list[Op] = []
@@ -398,6 +327,7 @@ class LevelDBStore(GenServer):
         for conv in convs:
             ops.append((keys.conv_prefix(keys.META, conv), None))
             self.meta.pop(conv, None)
+        ops.extend(puts)
         self.committer.submit(ops, self.caller())
         # And on disk before the next request: an add handled meanwhile would read the
         # conversation's old meta key back from disk (its count, persisted wrong).

@@ -1,0 +1,165 @@
+"""The files of a simulation run, beside its store in the run's directory.
+
+``ledger.jsonl``: every acknowledged turn, one fsynced line each, which the store never
+sees (the audit's reference). ``run.json``: the run's parameters, so that ``--resume``
+continues the run that was started, not one the flags of the second command describe::
+
+    RunParams(agents=20, turns=10, chaos=0.1, seed=1).save(Path("run"))
+    RunParams.load(Path("run"))          # the same, or None for a run without run.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import store_files
+
+LEDGER = "ledger.jsonl"
+PARAMS = "run.json"
+FORMAT = "otpmem.simulation"
+
+
+class RunRefused(ValueError):
+    """A run cannot start: its directory or its parameters say no; the message says why."""
+
+
+class RunMismatch(RunRefused):
+    """A resumed run was given parameters that contradict the ones it was started with."""
+
+    def __init__(self, differences: list[tuple[str, Any, Any]]) -> None:
+        text = "; ".join(
+            f"it was started with {name} {stored!r}, not {given!r}"
+            for name, stored, given in differences
+        )
+        super().__init__(f"this run cannot be resumed with other parameters: {text}")
+        self.differences = differences
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """What defines a run: its size, its chaos and the model it talks to."""
+
+    agents: int
+    turns: int
+    chaos: float = 0.0
+    seed: int = 0
+    model: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
+
+    def save(self, data_dir: Path) -> None:
+        """Write ``run.json`` durably (the run's first write: a kill right after keeps it)."""
+        path = data_dir / PARAMS
+        text = json.dumps({"format": FORMAT, "version": 1, **asdict(self)}, indent=1)
+        partial = path.with_suffix(".json.partial")
+        with open(partial, "w", encoding="utf-8") as file:
+            file.write(text + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, path)
+
+    @classmethod
+    def load(cls, data_dir: Path) -> RunParams | None:
+        """The parameters a run was started with; None if it has no ``run.json``."""
+        path = data_dir / PARAMS
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise RunRefused(f"{path} cannot be read: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise RunRefused(f"{path} is not the parameters of an otpmem simulation")
+        try:
+            return cls(
+                agents=int(data["agents"]),
+                turns=int(data["turns"]),
+                chaos=float(data["chaos"]),
+                seed=int(data["seed"]),
+                model={str(k): str(v) for k, v in dict(data.get("model") or {}).items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunRefused(
+                f"{path} is damaged ({exc!r}); it holds the run's parameters"
+            ) from None
+
+    def differences(self, other: RunParams) -> list[tuple[str, Any, Any]]:
+        """``(name, self's value, other's value)`` for each parameter that differs."""
+        mine, theirs = asdict(self), asdict(other)
+        return [(k, mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]]
+
+
+class Ledger:
+    """Acknowledged turns, one fsynced JSON line each: the store never writes here."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def record(self, conversation: str, turn: int, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Write one acknowledged turn durably."""
+        entry = {
+            "conversation": conversation,
+            "turn": turn,
+            "messages": [[m.get("role"), m.get("content")] for m in messages],
+        }
+        with self._lock:
+            self._file.write(json.dumps(entry) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+    @staticmethod
+    def load(path: Path) -> list[dict[str, Any]]:
+        """Every complete entry (a torn last line from a kill -9 is ignored)."""
+        if not path.exists():
+            return []
+        entries = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return entries
+
+
+def check_run_directory(data: Path, resume: bool) -> None:
+    """Raise ``RunRefused`` unless ``data`` can hold this run: an earlier run to resume, or
+    (for a new run) a directory that is missing or empty."""
+    ledger = data / LEDGER
+    if data.exists() and not data.is_dir():
+        raise RunRefused(f"{data} is a file; a run needs a directory of its own")
+    if resume:
+        if not ledger.exists():
+            raise RunRefused(f"nothing to resume: {ledger} does not exist")
+        return
+    if ledger.exists():
+        raise RunRefused(
+            f"{data} holds an earlier run; pass --resume to continue it, "
+            "or choose an empty directory"
+        )
+    if data.exists() and any(data.iterdir()):
+        what = "a store that is not a simulation run" if store_files.is_store(data) else ""
+        raise RunRefused(
+            f"{data} is not empty ({what or store_files.listing(data)}): a run needs a new "
+            "or empty directory, so that nothing of yours is mixed into its store"
+        )
+
+
+__all__ = [
+    "LEDGER",
+    "PARAMS",
+    "Ledger",
+    "RunMismatch",
+    "RunParams",
+    "RunRefused",
+    "check_run_directory",
+]

@@ -1,0 +1,5 @@
+"""``python -m otpmem.cli``: the ``otpmem`` command."""
+
+from . import main
+
+raise SystemExit(main())

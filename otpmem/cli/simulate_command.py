@@ -1,0 +1,282 @@
+"""``otpmem simulate``: supervised agents under chaos, audited for loss; resumable."""
+
+from __future__ import annotations
+
+import json
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from ..simulate import PARAMS, ModelFailed, RunParams, Simulation, SimulationReport
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, CommandError, guarded
+from .output import hint, line, screen, stdout_is_terminal
+from .progress import make_progress
+
+DEFAULT_BASE_URL = "http://localhost:8000/v1"
+DEFAULT_MODEL_NAME = "gpt-4o-mini"
+# The options a run keeps in run.json, by their name in the command's parameters.
+RUN_FLAGS = {
+    "agents": "--agents",
+    "turns": "--turns",
+    "chaos": "--chaos",
+    "seed": "--seed",
+    "model": "--model",
+    "base_url": "--base-url",
+    "model_name": "--model-name",
+}
+
+
+def _flags_of(params: RunParams) -> dict[str, Any]:
+    return {
+        "agents": params.agents,
+        "turns": params.turns,
+        "chaos": params.chaos,
+        "seed": params.seed,
+        "model": params.model.get("kind", "scripted"),
+        "base_url": params.model.get("base_url", DEFAULT_BASE_URL),
+        "model_name": params.model.get("name", DEFAULT_MODEL_NAME),
+    }
+
+
+def _model_info(flags: dict[str, Any]) -> dict[str, str]:
+    if flags["model"] == "scripted":
+        return {"kind": "scripted"}
+    return {"kind": "openai", "base_url": flags["base_url"], "name": flags["model_name"]}
+
+
+def resumed_flags(data: Path, flags: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """The run's own parameters (from run.json); a flag given that contradicts one is a
+    usage error naming both values."""
+    stored = RunParams.load(data)
+    if stored is None:
+        return flags  # a run from before run.json: the flags say what it was
+    kept = _flags_of(stored)
+    conflicts = [
+        f"{RUN_FLAGS[name]} {flags[name]} contradicts the run's {RUN_FLAGS[name]} {kept[name]}"
+        for name in RUN_FLAGS
+        if name in given and flags[name] != kept[name]
+    ]
+    if conflicts:
+        raise CommandError(
+            "; ".join(conflicts) + f" (kept in {data / PARAMS}): --resume continues the run "
+            "as it was started, so drop the flag, or start a new run in another directory"
+        )
+    return kept
+
+
+@contextmanager
+def stopping_on_ctrl_c(simulation: Simulation) -> Iterator[None]:
+    """The first Ctrl-C ends the run after the turns in flight (then it is audited and can
+    be resumed); a second one quits at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        hint("stopping after the turns in flight (Ctrl-C again to quit at once)")
+        simulation.stop()
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def print_report(report: SimulationReport, as_json: bool) -> None:
+    """The report on stdout: text (the verdict in colour on a terminal) or JSON."""
+    if as_json:
+        line(json.dumps(report.as_dict(), indent=2))
+        return
+    for text in report.lines():
+        line(text)
+    for text in report.verdict():
+        if stdout_is_terminal():
+            style = "bold green" if report.ok else "bold red"
+            screen().print(text, style=style if not text.startswith(" ") else None, markup=False)
+        else:
+            line(text)
+
+
+@click.command()
+@click.option(
+    "--agents",
+    type=click.IntRange(min=1),
+    default=20,
+    help="Agents, each holding one conversation; they take turns at once.",
+)
+@click.option("--turns", type=click.IntRange(min=1), default=10, help="Turns per agent.")
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="The run's directory (its store, ledger.jsonl and run.json): new or empty, or with "
+    "--resume an earlier run's.  [default: a new temporary directory, printed at the start]",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run in --data (after a crash, kill -9 or Ctrl-C) with the parameters "
+    "it was started with, then audit both parts.",
+)
+@click.option(
+    "--chaos",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    help="Probability of a fault after each turn: a store kill or crash, an agent kill, or a "
+    "crash-on-message plan.",
+)
+@click.option("--seed", type=int, default=0, help="Seed of the chaos: a seed, a run.")
+@click.option("--workers", type=click.IntRange(min=1), default=8, help="Threads driving turns.")
+@click.option(
+    "--model",
+    type=click.Choice(["scripted", "openai"]),
+    default="scripted",
+    help="scripted: a deterministic offline model; openai: the OpenAI-compatible server at "
+    "--base-url.",
+)
+@click.option(
+    "--base-url",
+    default=DEFAULT_BASE_URL,
+    metavar="URL",
+    help="The OpenAI-compatible server, for --model openai.",
+)
+@click.option(
+    "--model-name",
+    default=DEFAULT_MODEL_NAME,
+    metavar="NAME",
+    help="The model to ask, for --model openai.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON; no progress.")
+@click.option("--no-progress", is_flag=True, help="No progress bar (or lines) on stderr.")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Also write an HTML report to FILE: plots over time and the audit, one file that "
+    "opens without a network (needs plotly: pip install 'otpmem[report]').  [default: none]",
+)
+@click.option(
+    "--kill-self-after",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TURNS",
+    help="SIGKILL this process after TURNS acknowledged turns: a crash drill, then --resume."
+    "  [default: never]",
+)
+@guarded
+def simulate(
+    agents: int,
+    turns: int,
+    data: Path | None,
+    resume: bool,
+    chaos: float,
+    seed: int,
+    workers: int,
+    model: str,
+    base_url: str,
+    model_name: str,
+    as_json: bool,
+    no_progress: bool,
+    report_path: Path | None,
+    kill_self_after: int | None,
+) -> int:
+    """Run supervised agents under chaos, then audit every acknowledged message.
+
+    Each acknowledged turn goes to a ledger the store never sees; the audit reads every
+    conversation back from the store against it. Exit status: 0 when nothing was lost and
+    every turn was done, 1 otherwise, 2 for a usage or environment error, 130 after Ctrl-C.
+
+    \b
+    otpmem simulate --agents 20 --turns 10 --chaos 0.05 --data run
+    otpmem simulate --data run --resume
+    """
+    ctx = click.get_current_context()
+    given = {n for n in RUN_FLAGS if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    if resume and data is None:
+        raise CommandError("--resume needs --data DIR: the directory of the run to continue")
+    if data is not None and data.exists() and not data.is_dir():
+        raise CommandError(f"--data {data} is a file; a run needs a directory of its own")
+    if report_path is not None:
+        from .html_report import check_available
+
+        check_available()
+        if not report_path.parent.is_dir():
+            raise CommandError(f"--report {report_path}: {report_path.parent} is not a directory")
+    flags: dict[str, Any] = {
+        "agents": agents,
+        "turns": turns,
+        "chaos": chaos,
+        "seed": seed,
+        "model": model,
+        "base_url": base_url,
+        "model_name": model_name,
+    }
+    if resume:
+        assert data is not None
+        flags = resumed_flags(data, flags, given)
+    client = None
+    if flags["model"] == "openai":
+        from .model import openai_model, probe
+
+        probe(flags["base_url"], hint)  # before anything is created: a dead URL stores nothing
+        client = openai_model(flags["base_url"], flags["model_name"], hint)
+    if data is None:
+        data = Path(tempfile.mkdtemp(prefix="otpmem-sim-"))
+        hint(f"running in a new temporary directory: {data}")
+    progress = make_progress(not no_progress and not as_json, time.monotonic())
+    simulation = Simulation(
+        agents=flags["agents"],
+        turns=flags["turns"],
+        data_dir=data,
+        chaos=flags["chaos"],
+        seed=flags["seed"],
+        model=client,
+        resume=resume,
+        workers=workers,
+        kill_self_after=kill_self_after,
+        progress=progress.advance,
+        on_started=progress.start,
+        on_retry=hint,
+        model_info=_model_info(flags),
+    )
+    try:
+        with stopping_on_ctrl_c(simulation):
+            report = simulation.run()
+    except ModelFailed as exc:
+        what = "refused a turn" if not exc.error.retryable else "cannot be reached"
+        raise CommandError(
+            f"the model at {flags['base_url']} (--base-url) {what}: {exc.error}; "
+            f"once it answers, continue with: otpmem simulate --data {data} --resume"
+        ) from None
+    except KeyboardInterrupt:
+        hint(f"interrupted; continue with: otpmem simulate --data {data} --resume")
+        return EXIT_INTERRUPTED
+    finally:
+        progress.close()
+        if client is not None:
+            client.close()
+    print_report(report, as_json)
+    if report_path is not None:
+        from .html_report import write_report
+
+        write_report(report_path, report, simulation.timeline.buckets(end=report.seconds))
+        hint(f"report written to {report_path}")
+    if report.ok:
+        return 0
+    return EXIT_INTERRUPTED if report.interrupted and not report.lost else EXIT_FAILED
+
+
+__all__ = ["resumed_flags", "simulate", "stopping_on_ctrl_c"]

@@ -1,0 +1,164 @@
+"""How the commands open a store: to read, a snapshot that leaves the directory as it was;
+to write, the directory itself, refusing one that holds something else.
+
+Every read goes through ``ReadStore``, which turns whatever a damaged store raises (plyvel,
+snappy or msgpack errors, garbage where a key should be) into the one ``StoreCorrupt``
+message that names the store's own path, never the snapshot's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .. import store_files
+from ..messages import Conv, ConvLike
+from ..stores import LevelDBStore, LevelDBStoreHandle, SearchHit, StoreError
+from .errors import CommandError
+
+LOCK_TIMEOUT = 1.0
+T = TypeVar("T")
+# What reading a damaged LevelDB raises: plyvel.Error, msgpack's errors (ValueErrors),
+# UnicodeDecodeError, and whatever garbage decoded as a key or a count throws.
+DAMAGE = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+
+
+def _damage_types() -> tuple[type[BaseException], ...]:
+    import plyvel
+
+    return (plyvel.Error, *DAMAGE)
+
+
+class ReadStore:
+    """The reads the commands make, on a snapshot of the store at ``path``."""
+
+    def __init__(self, handle: LevelDBStoreHandle, path: Path) -> None:
+        self.handle = handle
+        self.path = path
+
+    def _read(self, read: Callable[[], T]) -> T:
+        try:
+            return read()
+        except StoreError:
+            raise
+        except _damage_types() as exc:
+            raise store_files.corrupt(self.path, store_files.error_text(exc)) from None
+
+    def conversations(self, user_id: str | None = None) -> list[Conv]:
+        """The conversations held: all of them, or one user's."""
+        return self._read(lambda: self.handle.conversations(user_id))
+
+    def count(self, conv: Conv) -> int:
+        """How many messages ``conv`` holds."""
+        return self._read(lambda: self.handle.count(conv))
+
+    def get(self, conv: Conv, last: int | None = None) -> list[dict[str, Any]]:
+        """The messages of ``conv``, or its newest ``last``."""
+        return self._read(lambda: self.handle.get(conv, last=last))
+
+    def export(self, conv: ConvLike | None, user_id: str | None, all_users: bool) -> dict[str, Any]:
+        """The export document of one conversation, one user's, or everything."""
+        return self._read(lambda: self.handle.export(conv, user_id=user_id, all_users=all_users))
+
+    def search(
+        self, query: str, user_id: str | None, conv: Conv | None, limit: int
+    ) -> list[SearchHit]:
+        """Hits for ``query`` in one tenant's messages."""
+        return self._read(
+            lambda: self.handle.search(query, user_id=user_id, conv=conv, limit=limit)
+        )
+
+    def owners(self, conversation_id: str) -> list[str]:
+        """The users holding a conversation called ``conversation_id`` (for hints)."""
+        return sorted(
+            c.user_id
+            for c in self.conversations()
+            if c.conversation_id == conversation_id and c.user_id is not None
+        )
+
+    def users(self) -> list[str]:
+        """Every user that holds a conversation."""
+        return sorted({c.user_id for c in self.conversations() if c.user_id is not None})
+
+
+def _relabel(exc: StoreError, copy: Path, path: Path) -> StoreError:
+    """The same error, naming the store's directory instead of the snapshot's."""
+    return type(exc)(str(exc).replace(os.fspath(copy), os.fspath(path)))
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[ReadStore]:
+    """Open the store at ``path`` to read, without writing to its directory."""
+    with store_files.snapshot(path, LOCK_TIMEOUT) as copy:
+        try:
+            store_files.check_readable(copy)  # every block's checksum: no garbage read back
+            handle = LevelDBStore.start_link(copy, create=False, lock_timeout=LOCK_TIMEOUT)
+        except StoreError as exc:
+            raise _relabel(exc, copy, path) from None
+        try:
+            yield ReadStore(handle, path)
+        except StoreError as exc:
+            raise _relabel(exc, copy, path) from None
+        finally:
+            if handle.alive:  # a store that crashed on damage is already gone
+                handle.stop()
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[LevelDBStoreHandle]:
+    """Open (or create) the store at ``path`` to write. A directory that exists, is not
+    empty and is not a store is refused; a directory this call created and that holds no
+    store once the block failed is removed again."""
+    created = _missing_top(path)
+    if path.exists():
+        if not path.is_dir():
+            raise CommandError(f"{path} is a file, not a store's directory")
+        if not store_files.is_store(path) and any(path.iterdir()):
+            raise CommandError(
+                f"{path} is not empty and is not a LevelDB store (it holds "
+                f"{store_files.listing(path)}); name a new or empty directory, or a store"
+            )
+    fresh = not store_files.is_store(path)
+    if not fresh:
+        store_files.check_readable(path)  # damage is found before anything is appended
+    try:
+        handle = LevelDBStore.start_link(path, create=True, lock_timeout=LOCK_TIMEOUT)
+        try:
+            yield handle
+        finally:
+            if handle.alive:  # a store that crashed on damage is already gone
+                handle.stop()
+    except BaseException:
+        if fresh:
+            _remove_created(path, created)
+        raise
+
+
+def _missing_top(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (what a create makes)."""
+    top = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        top = candidate
+    return top
+
+
+def _remove_created(path: Path, created: Path | None) -> None:
+    # Only what the failed command itself made: a directory it created, or the store files
+    # it wrote into an empty directory that was there before.
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+    elif path.is_dir():
+        for entry in path.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+__all__ = ["ReadStore", "reading", "writing"]

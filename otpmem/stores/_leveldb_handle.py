@@ -1,0 +1,122 @@
+"""The face of a LevelDBStore: writes are calls to its server, reads run on the caller's
+thread against the open database (see ``leveldb``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgpack
+
+from ..actors import Handle, NoProcess
+from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
+from . import _leveldb_keys as keys
+from . import _leveldb_longterm as lt
+from ._base import StoredWindow, check_key, check_last
+from ._client import StoreClient
+from ._longterm_client import LongTermClient
+
+READY_TIMEOUT = 30.0
+
+
+def _unpack(raw: bytes) -> dict[str, Any]:
+    message: dict[str, Any] = msgpack.unpackb(raw, raw=False)
+    return message
+
+
+class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``) face of a LevelDBStore: writes are calls,
+    reads are direct."""
+
+    __slots__ = ()
+
+    @contextmanager
+    def _db(self) -> Iterator[Any]:
+        process = self.resolve()
+        if not process.wait_ready(READY_TIMEOUT):
+            raise NoProcess(self._target())
+        server: Any = process.server  # a LevelDBStore: its gate and its open database
+        with server.gate.reading(self._target()):
+            yield server.db
+
+    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
+        """The conversation oldest first, or its newest ``last`` messages (n reads, not all)."""
+        prefix = keys.conv_prefix(keys.MESSAGE, as_conv(conv))
+        last = check_last(last)
+        if last == 0:
+            return []
+        with self._db() as db:
+            if last is None:
+                return [_unpack(v) for v in db.iterator(prefix=prefix, include_key=False)]
+            newest = []
+            with db.iterator(prefix=prefix, include_key=False, reverse=True) as it:
+                for value in it:
+                    newest.append(value)
+                    if len(newest) == last:
+                        break
+        return [_unpack(v) for v in reversed(newest)]
+
+    def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
+        """The pinned index: (position, message) of each system and pinned message and of
+        the newest summary, oldest first (one range scan of the index)."""
+        prefix = keys.conv_prefix(keys.PINNED, as_conv(conv))
+        with self._db() as db:
+            return [(keys.seq_of(k), _unpack(v)) for k, v in db.iterator(prefix=prefix)]
+
+    def window(self, conv: ConvLike, last: int) -> StoredWindow:
+        """The newest ``last`` messages and the pinned ones before them, from one snapshot:
+        O(last + pinned) reads, whatever the conversation's length."""
+        key = as_conv(conv)
+        if check_last(last) is None:
+            raise ValueError("window needs last: an int >= 0")
+        messages = keys.conv_prefix(keys.MESSAGE, key)
+        pinned = keys.conv_prefix(keys.PINNED, key)
+        newest: list[bytes] = []
+        with self._db() as db, db.snapshot() as snapshot:
+            raw = snapshot.get(keys.conv_prefix(keys.META, key))
+            meta = [0, 0] if raw is None else msgpack.unpackb(raw)
+            total = int(meta[1])
+            if last:
+                with snapshot.iterator(prefix=messages, include_key=False, reverse=True) as it:
+                    for value in it:
+                        newest.append(value)
+                        if len(newest) == last:
+                            break
+            start = total - len(newest)
+            before = [
+                (keys.seq_of(k), _unpack(v))
+                for k, v in snapshot.iterator(start=pinned, stop=keys.message_key(pinned, start))
+            ]
+        tail = [_unpack(v) for v in reversed(newest)]
+        pinned_count = int(meta[4]) if len(meta) > 4 else len(before)
+        pinned_before = pinned_count - sum(1 for m in tail if is_pinned(m))
+        return StoredWindow(before, tail, start, total, pinned_before)
+
+    def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
+        """Where the batch stored with ``idempotency_key`` begins, or None."""
+        key = as_conv(conv)
+        if check_key(idempotency_key) is None:
+            raise ValueError("key_position needs an idempotency_key")
+        with self._db() as db:
+            raw = db.get(keys.idempotency_key(key, idempotency_key))
+        return None if raw is None else int(msgpack.unpackb(raw)[1])
+
+    def count(self, conv: ConvLike) -> int:
+        """How many messages the conversation holds (one point read)."""
+        meta_key = keys.conv_prefix(keys.META, as_conv(conv))
+        with self._db() as db:
+            raw = db.get(meta_key)
+        return 0 if raw is None else int(msgpack.unpackb(raw)[1])
+
+    def conversations(self, user_id: str | None = None) -> list[Conv]:
+        """The conversations held: all of them, or one user's (a scan of one key each)."""
+        prefix = (
+            keys.META if user_id is None else keys.user_prefix(keys.META, check_user_id(user_id))
+        )
+        with self._db() as db:
+            return [keys.decode_conv(k) for k in db.iterator(prefix=prefix, include_value=False)]
+
+    def flush(self, timeout: float | None = 30.0) -> None:
+        """Return once every write queued before this call is on disk."""
+        self.call(("flush",), timeout)

@@ -1,0 +1,247 @@
+"""LevelDBStore's long-term records: their keys, the ops that write them, the reads.
+
+    f <user> <fact key>                 ->  msgpack(fact)
+    h <user> <fact key part> <seq>      ->  msgpack(a superseded or deleted fact)
+    r <user>                            ->  msgpack([summary, metadata, updated_at])
+    U <user>                            ->  msgpack(usage): the user's running sums
+    l <user> <ns: 8 bytes> <n: 8 bytes> ->  msgpack([conversation id, usage]): the usage log
+    C <user> <conversation>             ->  when the conversation was last cleared
+    u <user> <conversation>             ->  msgpack(usage): the conversation's running sums
+    x <user> <conversation>             ->  the extraction cursor
+    j <user> <conversation>             ->  a pending extraction: up to which position
+
+``u``, ``x`` and ``j`` belong to a conversation and go with it on ``clear``; the rest belong
+to the user and go on ``forget_user``. An add writes its ``u``, ``U`` and ``l`` entries in
+the same WriteBatch as its messages; a ``save_facts`` its facts, their history and the
+cursor in one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from ..messages import Conv, ConvLike, as_conv
+from . import _leveldb_keys as keys
+from .longterm import (
+    Fact,
+    Profile,
+    Usage,
+    check_fact_key,
+    check_since,
+    check_user,
+    fact_as_list,
+    fact_from_list,
+    plan_facts,
+    usage_of,
+)
+
+FACT = b"f"
+HISTORY = b"h"
+PROFILE = b"r"
+USER_USAGE = b"U"
+USAGE_LOG = b"l"
+CLEARED = b"C"
+CONV_USAGE = b"u"
+CURSOR = b"x"
+JOB = b"j"
+CONVERSATION_KINDS = (CONV_USAGE, CURSOR, JOB)
+USER_KINDS = (FACT, HISTORY, PROFILE, USER_USAGE, USAGE_LOG, CLEARED)
+_STAMP = struct.Struct(">QQ")
+_entries = itertools.count()
+
+Op = tuple[bytes, bytes | None]
+Read = Callable[[bytes], bytes | None]
+
+
+def fact_key(user_id: str, key: str) -> bytes:
+    """Where one fact lives."""
+    return keys.user_prefix(FACT, user_id) + key.encode("utf-8", "surrogatepass")
+
+
+def history_prefix(user_id: str, key: str) -> bytes:
+    """Where one fact's superseded values live, oldest first."""
+    return keys.user_prefix(HISTORY, user_id) + keys.user_prefix(b"", key)
+
+
+def _usage(raw: bytes | None) -> Usage:
+    return Usage() if raw is None else Usage.from_list(msgpack.unpackb(raw))
+
+
+def usage_ops(read: Read, conv: Conv, batch: Sequence[Mapping[str, Any]]) -> list[Op]:
+    """The usage sums and the log entry an added batch brings (none without usage)."""
+    added = Usage()
+    for message in batch:
+        usage = usage_of(message)
+        if usage is not None:
+            added = added + usage
+    if added == Usage():
+        return []
+    conv_key = keys.conv_prefix(CONV_USAGE, conv)
+    user_key = keys.user_prefix(USER_USAGE, conv.user_id)
+    stamp = _STAMP.pack(time.time_ns(), next(_entries))
+    return [
+        (conv_key, msgpack.packb((_usage(read(conv_key)) + added).as_list())),
+        (user_key, msgpack.packb((_usage(read(user_key)) + added).as_list())),
+        (
+            keys.user_prefix(USAGE_LOG, conv.user_id) + stamp,
+            msgpack.packb([conv.conversation_id, added.as_list()]),
+        ),
+    ]
+
+
+def cleared_op(conv: Conv) -> Op:
+    """Mark when ``conv`` was cleared: its usage windows start again then."""
+    return keys.conv_prefix(CLEARED, conv), msgpack.packb(time.time())
+
+
+def fact_ops(
+    db: Any,
+    user_id: str,
+    facts: Sequence[Fact],
+    deletes: Sequence[str],
+    cursor: tuple[Conv, int] | None,
+    max_facts: int,
+    evict: bool,
+) -> tuple[list[Fact], list[str], list[Op]]:
+    """The facts as saved, the keys removed, and the ops of one ``save_facts`` (read from
+    ``db`` with every earlier write on disk: the server flushes first)."""
+    current = {f.key: f for f in _facts(db, user_id)}
+    plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict)
+    ops: list[Op] = []
+    for fact in plan.put.values():
+        ops.append((fact_key(user_id, fact.key), msgpack.packb(fact_as_list(fact))))
+    for key in plan.removed:
+        ops.append((fact_key(user_id, key), None))
+    for old in plan.superseded:
+        # Ordered by when it was superseded (a key deleted and saved again starts again at
+        # version 1, so the version cannot name the entry).
+        entry = history_prefix(user_id, old.key) + _STAMP.pack(time.time_ns(), next(_entries))
+        ops.append((entry, msgpack.packb(fact_as_list(old))))
+    if cursor is not None:
+        conv, position = cursor
+        ops.append((keys.conv_prefix(CURSOR, conv), msgpack.packb(position)))
+        job = db.get(keys.conv_prefix(JOB, conv))
+        if job is not None and position >= msgpack.unpackb(job):
+            ops.append((keys.conv_prefix(JOB, conv), None))
+    return plan.saved, plan.removed, ops
+
+
+def job_ops(db: Any, conv: Conv, upto: int) -> list[Op]:
+    """Record (or extend) a pending extraction, unless the cursor is already there."""
+    job, cursor = db.get(keys.conv_prefix(JOB, conv)), db.get(keys.conv_prefix(CURSOR, conv))
+    done = max(0 if job is None else msgpack.unpackb(job), _int(cursor))
+    return [] if upto <= done else [(keys.conv_prefix(JOB, conv), msgpack.packb(upto))]
+
+
+def profile_op(profile: Profile) -> Op:
+    """Write one profile."""
+    raw = msgpack.packb([profile.summary, dict(profile.metadata), profile.updated_at])
+    return keys.user_prefix(PROFILE, profile.user_id), raw
+
+
+def _int(raw: bytes | None) -> int:
+    return 0 if raw is None else int(msgpack.unpackb(raw))
+
+
+def _facts(db: Any, user_id: str) -> list[Fact]:
+    prefix = keys.user_prefix(FACT, user_id)
+    return [
+        fact_from_list(msgpack.unpackb(v)) for v in db.iterator(prefix=prefix, include_key=False)
+    ]
+
+
+def _sum_log(db: Any, user_id: str | None, since: float, conv_id: str | None) -> Usage:
+    prefix = keys.user_prefix(USAGE_LOG, user_id)
+    start = prefix + _STAMP.pack(max(0, int(since * 1e9)), 0)
+    total = Usage()
+    for raw in db.iterator(start=start, stop=prefix + b"\xff" * 17, include_key=False):
+        where, usage = msgpack.unpackb(raw)
+        if conv_id is None or where == conv_id:
+            total = total + Usage.from_list(usage)
+    return total
+
+
+class LevelDBReads:
+    """The long-term reads of a LevelDB store handle, on the caller's thread."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _db(self) -> AbstractContextManager[Any]: ...
+
+    def get_fact(self, user_id: str, key: str) -> Fact | None:
+        """The fact, or None."""
+        entry = fact_key(check_user(user_id), check_fact_key(key))
+        with self._db() as db:
+            raw = db.get(entry)
+        return None if raw is None else fact_from_list(msgpack.unpackb(raw))
+
+    def get_facts(self, user_id: str) -> list[Fact]:
+        """Every fact of the user, by key."""
+        with self._db() as db:
+            return sorted(_facts(db, check_user(user_id)), key=lambda f: f.key)
+
+    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+        """The values superseded or deleted, oldest first."""
+        prefix = history_prefix(check_user(user_id), check_fact_key(key))
+        with self._db() as db:
+            return [
+                fact_from_list(msgpack.unpackb(v))
+                for v in db.iterator(prefix=prefix, include_key=False)
+            ]
+
+    def get_profile(self, user_id: str) -> Profile | None:
+        """The profile, or None."""
+        with self._db() as db:
+            raw = db.get(keys.user_prefix(PROFILE, check_user(user_id)))
+        if raw is None:
+            return None
+        summary, metadata, updated_at = msgpack.unpackb(raw)
+        return Profile(user_id, summary, metadata, updated_at)
+
+    def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
+        """The conversation's recorded usage (one read; ``since``: a window of its log)."""
+        key = as_conv(conv)
+        since = check_since(since)
+        with self._db() as db:
+            if since is None:
+                return _usage(db.get(keys.conv_prefix(CONV_USAGE, key)))
+            cleared = db.get(keys.conv_prefix(CLEARED, key))
+            if cleared is not None:
+                since = max(since, float(msgpack.unpackb(cleared)))
+            return _sum_log(db, key.user_id, since, key.conversation_id)
+
+    def user_usage(self, user_id: str, since: float | None = None) -> Usage:
+        """The user's recorded usage across conversations, cleared ones included."""
+        user_id = check_user(user_id)
+        since = check_since(since)
+        with self._db() as db:
+            if since is None:
+                return _usage(db.get(keys.user_prefix(USER_USAGE, user_id)))
+            return _sum_log(db, user_id, since, None)
+
+    def extraction_cursor(self, conv: ConvLike) -> int:
+        """How many of the conversation's messages extraction has processed."""
+        with self._db() as db:
+            return _int(db.get(keys.conv_prefix(CURSOR, as_conv(conv))))
+
+    def pending_extractions(self) -> list[tuple[Conv, int]]:
+        """The extractions asked for and not yet done."""
+        with self._db() as db:
+            return sorted(
+                (keys.decode_conv(k), int(msgpack.unpackb(v))) for k, v in db.iterator(prefix=JOB)
+            )
+
+
+def iter_user_prefixes(user_id: str) -> Iterator[bytes]:
+    """Every long-term prefix ``forget_user`` deletes."""
+    for kind in (*USER_KINDS, *CONVERSATION_KINDS):
+        yield keys.user_prefix(kind, user_id)
