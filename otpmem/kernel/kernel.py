@@ -82,6 +82,7 @@ class Kernel:
         self.specs = [t.spec() for t in self.tools.values()] or None
         self.max_tool_iterations = max_tool_iterations
         self.memory = next((f.memory for f in self.filters if f.memory is not None), None)
+        self.filters = _placed(self.filters)
         if pricing is not None and not isinstance(pricing, Pricing):
             raise TypeError(f"pricing must be a Pricing, got {pricing!r}")
         self.pricing = pricing
@@ -184,3 +185,21 @@ def _run_tool(request: ToolRequest) -> str:
     if tool.blocks:
         return blocking(tool.run, request.arguments)
     return tool.run(request.arguments)
+
+
+def _placed(filters: list[Filter]) -> list[Filter]:
+    """Filters that must run before anything is stored, checked to come before the memory
+    filter, and switched to their delta-mode form when one follows them."""
+    at = next((i for i, f in enumerate(filters) if f.memory is not None), None)
+    if at is None:
+        return filters
+    for late in filters[at + 1 :]:
+        if late.before_memory is not None:
+            raise ValueError(
+                f"the {late.name} filter must come before memory_filter (after it, the new "
+                "messages would be stored before it could refuse them)"
+            )
+    return [
+        f.before_memory() if f.before_memory is not None and i < at else f
+        for i, f in enumerate(filters)
+    ]
