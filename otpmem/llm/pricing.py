@@ -50,7 +50,8 @@ def normalize_usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The usage in the stored shape, or None when it says nothing usable.
 
     Token counts are kept only when they are ints >= 0 (a provider's ``None`` counts as
-    absent); ``total_tokens`` defaults to prompt + completion; ``cost`` is kept as a
+    absent); ``total_tokens`` defaults to prompt + completion (also when it is 0, as
+    ``otpmem.stores.usage_of`` reads it); ``cost`` is kept as a
     decimal str when it is a valid amount.
     """
     if not isinstance(usage, Mapping):
@@ -68,7 +69,8 @@ def normalize_usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": tokens.get("total_tokens", prompt + completion),
+        # As the stores sum it: a total of 0 beside real counts means "not reported".
+        "total_tokens": tokens.get("total_tokens") or prompt + completion,
     }
     if cost is not None:
         out["cost"] = str(cost)

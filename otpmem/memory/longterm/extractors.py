@@ -162,20 +162,20 @@ def parse_json(raw: str | None, kind: type, what: str) -> Any:
     except ValueError:
         start, end = text.find(opening), text.rfind(closing)
         if start < 0 or end <= start:
-            raise ExtractionFailed(f"the model's answer is not a JSON {what}", raw) from None
+            raise ExtractionFailed(f"the model's answer is not {what}", raw) from None
         try:
             value = json.loads(text[start : end + 1])
         except ValueError:
-            raise ExtractionFailed(f"the model's answer is not a JSON {what}", raw) from None
+            raise ExtractionFailed(f"the model's answer is not {what}", raw) from None
     if not isinstance(value, kind):
-        raise ExtractionFailed(f"the model answered {type(value).__name__}, not a {what}", raw)
+        raise ExtractionFailed(f"the model answered a {type(value).__name__}, not {what}", raw)
     return value
 
 
 def parse_decisions(raw: str | None) -> list[Decision]:
     """Decisions from a model's answer; a non-array is ``ExtractionFailed``, an unusable
     item a ``SKIP`` decision. Seed 004's ``{"key", "value"}`` items (no action) are ADDs."""
-    items = parse_json(raw, list, "array of facts")
+    items = parse_json(raw, list, "a JSON array of facts")
     decisions = []
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("key"), str):

@@ -44,7 +44,7 @@ def render(
             left -= cost
     if not facts:
         return out
-    ordered = sorted(facts, key=lambda f: (f.updated_at, f.key), reverse=True)
+    ordered = sorted(facts, key=lambda f: (-f.updated_at, f.key))  # newest; ties by key
     lines = [f"- {f.key}: {f.value}" for f in ordered]
     # Grow by each line's own cost, then check the whole (a counter need not be additive).
     empty = counter.count(pinned_system("", "facts"))

@@ -374,7 +374,7 @@ class LongTermMemory:
         ]
         blocks = getattr(llm, "blocks", True)
         response = blocking(llm.chat, prompt) if blocks else llm.chat(prompt)
-        data = parse_json(response.content, dict, "profile object")
+        data = parse_json(response.content, dict, "a JSON profile object")
         summary, metadata = data.get("summary"), data.get("metadata", {})
         if not isinstance(summary, str) or not summary.strip():
             raise ExtractionFailed("the profile has no summary (a non-empty str)", response.content)

@@ -16,9 +16,20 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import time
 from typing import Any
 
-from ...actors import NO_REPLY, GenServer, Handle, NoProcess, ReplyTo, ServerExited, reply, whereis
+from ...actors import (
+    NO_REPLY,
+    GenServer,
+    Handle,
+    NoProcess,
+    ReplyTo,
+    ServerExited,
+    reply,
+    sleep,
+    whereis,
+)
 from ...messages import Conv
 from ...supervisors import ChildSpec
 
@@ -28,6 +39,8 @@ APP_SUPERVISOR = "otpmem"
 """The application root's registered name (``otpmem.app.APP_NAME``): an async long-term
 memory with no supervisor of its own puts its server there while the application runs."""
 WORK = ("work",)
+RESTART_POLL = 0.01
+"""How often ``flush`` looks for a server its supervisor is restarting."""
 _ids = itertools.count(1)
 
 
@@ -130,9 +143,18 @@ class ServerClient:
             self.handle.cast(("request", conv, upto))
 
     def flush(self, timeout: float) -> dict[Conv, str]:
-        """Wait until nothing is queued; the failed extractions."""
-        failed: dict[Conv, str] = self.handle.call(("flush",), timeout)
-        return failed
+        """Wait until nothing is queued; the failed extractions. A server that is being
+        restarted meanwhile is waited for (its successor reads the job list again)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                failed: dict[Conv, str] = self.handle.call(("flush",), max(left, 0.001))
+                return failed
+            except (NoProcess, ServerExited):
+                if left <= 0:
+                    raise
+            sleep(min(RESTART_POLL, max(left, 0.0)))
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """What is queued and what failed."""
