@@ -59,6 +59,7 @@ def test_conversation_budget_refuses_the_turn_after_it_is_spent(store: Any) -> N
             agent.run("three")
         assert len(model.calls) == 2, "the model was not called for the refused turn"
         assert store.get(ANN) == stored, "the refused turn stored nothing"
+        assert refused.value.stored == []
         assert refused.value.reason == "token budget exceeded: 80 / 70 tokens (scope: conversation)"
         assert refused.value.metadata == {
             "accumulated": 80, "estimated": 0, "total": 80, "max": 70, "scope": "conversation"
@@ -116,11 +117,12 @@ def test_a_violation_between_tool_rounds_ends_the_turn_with_a_valid_history(stor
     budget = TokenBudget(100)
     agent = start(store, model, [budget], tools=[add])
     try:
-        with pytest.raises(PolicyViolation, match="505 / 100"):
+        with pytest.raises(PolicyViolation, match="505 / 100") as refused:
             agent.run("1+2?")  # the first call passes; the one after the tool round does not
         assert len(model.calls) == 1
         stored = store.get(ANN)
         assert [m["role"] for m in stored] == ["user", "assistant", "tool"]
+        assert refused.value.stored == stored, "the violation says what the turn left"
         assert valid_context(stored) == stored  # what the next turn sends is valid
         budget.max = 10_000  # the caller raised it
         assert agent.run("and now?").content == "3"

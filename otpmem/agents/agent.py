@@ -262,7 +262,7 @@ class Agent(GenServer):
             history.extend(added)
             # The first call is built (and checked) before the user message is stored: a
             # guardrail that refuses the turn leaves nothing a later turn would send.
-            first = config.sending.build(history)
+            first = self._build(history, [])
             writer.store(added)
         else:
             healed = check_retry(earlier, text, turn_id)
@@ -295,13 +295,22 @@ class Agent(GenServer):
             iterations += 1
             # Guardrails are checked before every model call: a refusal mid-turn ends the
             # turn like a failed model call (what it stored is a valid history).
-            to_send, system_prompt = first or config.sending.build(history)
+            to_send, system_prompt = first or self._build(history, added)
             first = None
             config.callbacks.fire("on_model_call", meta, to_send)
             response, context = kernel.chat(to_send, context, system_prompt)
             config.callbacks.fire("on_model_result", meta, response)
             if response.content is not None or response.tool_calls:
                 self._store(writer, [response.to_message()], history, added)
+
+    def _build(
+        self, history: list[Any], stored: list[dict[str, Any]]
+    ) -> tuple[list[Any], str | None]:
+        try:
+            return self.config.sending.build(history)
+        except PolicyViolation as violation:
+            violation.stored = list(stored)  # what the refused turn leaves in the store
+            raise
 
     @staticmethod
     def _store(

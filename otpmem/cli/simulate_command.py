@@ -176,6 +176,14 @@ def print_report(report: SimulationReport, as_json: bool) -> None:
     help="SIGKILL this process after TURNS acknowledged turns: a crash drill, then --resume."
     "  [default: never]",
 )
+@click.option(
+    "--budget-tokens",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="A TokenBudget per conversation: an agent whose conversation has spent N tokens is "
+    "refused its next model call, and stops.  [default: no budget]",
+)
 @guarded
 def simulate(
     agents: int,
@@ -192,6 +200,7 @@ def simulate(
     no_progress: bool,
     report_path: Path | None,
     kill_self_after: int | None,
+    budget_tokens: int | None,
 ) -> int:
     """Run supervised agents under chaos, then audit every acknowledged message.
 
@@ -251,6 +260,7 @@ def simulate(
         on_started=progress.start,
         on_retry=hint,
         model_info=_model_info(flags),
+        budget_tokens=budget_tokens,
     )
     try:
         with stopping_on_ctrl_c(simulation):

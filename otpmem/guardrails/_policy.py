@@ -41,13 +41,17 @@ class Request:
 
 class PolicyViolation(Exception):
     """A policy refused a model call before it was made: ``policy`` (the policy object),
-    ``reason`` (what to tell the user) and ``metadata`` (the figures behind it)."""
+    ``reason`` (what to tell the user), ``metadata`` (the figures behind it) and, from an
+    agent, ``stored`` (the messages the refused turn had stored)."""
 
     def __init__(self, policy: object, reason: str, metadata: Mapping[str, Any] | None = None):
         super().__init__(reason)
         self.policy = policy
         self.reason = reason
         self.metadata: dict[str, Any] = dict(metadata or {})
+        # Set by an agent: what the refused turn had stored before the refusal (nothing
+        # when its first call was refused; the tool rounds before a later one).
+        self.stored: list[dict[str, Any]] = []
 
     def __reduce__(self) -> Any:
         return (type(self), (self.policy, self.reason, self.metadata))
