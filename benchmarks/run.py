@@ -22,7 +22,16 @@ from pathlib import Path
 # Run as a script, the benchmarks directory is sys.path[0]; imported (e.g. by a test), it is not.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-MODULES: list[str] = ["runtime", "stores", "memory", "context", "agents", "scale", "recall"]
+MODULES: list[str] = [
+    "runtime",
+    "stores",
+    "memory",
+    "context",
+    "agents",
+    "scale",
+    "recall",
+    "longterm",
+]
 """Benchmark modules in run order: ``<name>`` is ``benchmarks/bench_<name>.py``."""
 
 

@@ -166,3 +166,20 @@ def test_long_term_memory_config_is_checked_at_start(store: Any) -> None:
         Agent.start_link(llm=ScriptedModel([]), memory=None, user_id="ann", long_term_memory=ltm)
     with pytest.raises(TypeError, match="LongTermMemory"):
         PipelineProvider(store, long_term_memory="yes")
+
+
+def test_the_injected_context_follows_every_write(store: Any) -> None:
+    ltm = LongTermMemory(store)
+    store.save_fact(Fact("ann", "city", "Lyon"))
+    assert ltm.context("ann")[0]["content"] == "User context:\n- city: Lyon"
+    ltm.context("ann")[0]["content"] = "mutated"  # a caller's copy, not the cache
+    store.save_fact(Fact("ann", "city", "Paris"))
+    assert ltm.context("ann")[0]["content"] == "User context:\n- city: Paris"
+    store.delete_fact("ann", "city")
+    store.save_fact(Fact("ann", "city", "Paris"))  # deleted and written again: version 1
+    assert ltm.context("ann")[0]["content"] == "User context:\n- city: Paris"
+    store.save_profile(Profile("ann", "Ann."))
+    assert ltm.context("ann")[0]["content"] == "User profile:\nAnn."
+    store.delete_profile("ann")
+    store.delete_fact("ann", "city")
+    assert ltm.context("ann") == []

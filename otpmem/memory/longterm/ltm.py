@@ -31,21 +31,18 @@ from ...llm import ChatModel
 from ...messages import Conv, ConvLike, as_conv, short_repr
 from ...stores import MAX_FACTS_PER_USER, ChatMemory, Fact, FactLimitReached, LongTermStore, Profile
 from ..tokens import DEFAULT_COUNTER, TokenCounter
-from .extractors import Decision, ExtractionFailed, FactExtractor, fact_lines, parse_json
+from .extractors import Decision, ExtractionFailed, FactExtractor
 from .inject import render
+from .profile import update_profile
 from .server import start_server
 
 logger = logging.getLogger("otpmem.memory")
 
+RENDER_CACHE = 4096
+"""How many users' rendered context a LongTermMemory keeps (all dropped when full)."""
 TRIGGERS = ("manual", "per_turn", "on_close")
 MODES = ("sync", "async")
 T = TypeVar("T")
-
-PROFILE_PROMPT = "You are updating a user profile based on known facts."
-PROFILE_RULE = (
-    "Generate a concise user profile summary (2-3 sentences) and structured metadata. "
-    'Return JSON: {"summary": "...", "metadata": {...}}\nOutput ONLY the JSON object.'
-)
 
 
 class ExtractionBusy(RuntimeError):
@@ -192,6 +189,7 @@ class LongTermMemory:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
         self._claims = _Claims()
+        self._rendered: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
         self.server: Any = None
         if self.mode == "async":
             self.server = start_server(self, supervisor)
@@ -346,7 +344,21 @@ class LongTermMemory:
             return []
         profile = self.store.get_profile(user_id)
         facts = self.store.get_facts(user_id)
-        return render(profile, facts, self.inject_max_tokens, self.counter)
+        # Rendering counts tokens line by line; what it renders changes only with a write,
+        # and a write changes a version or a time: render once per state, not per call.
+        state = (
+            None if profile is None else (profile.summary, profile.updated_at),
+            tuple((f.key, f.version, f.updated_at) for f in facts),
+        )
+        cached = self._rendered.get(user_id)
+        if cached is None or cached[0] != state:
+            if len(self._rendered) >= RENDER_CACHE:
+                self._rendered.clear()
+            cached = self._rendered[user_id] = (
+                state,
+                render(profile, facts, self.inject_max_tokens, self.counter),
+            )
+        return [dict(message) for message in cached[1]]
 
     def inject(
         self, messages: Sequence[Mapping[str, Any]], user_id: str | None
@@ -361,27 +373,7 @@ class LongTermMemory:
         """Ask ``llm`` for a new profile from the user's facts (and current profile); save
         and return it. A reply that is not ``{"summary", "metadata"}`` raises
         ``ExtractionFailed`` and saves nothing."""
-        if not isinstance(llm, ChatModel):
-            raise TypeError(f"update_profile needs a ChatModel, got {short_repr(llm)}")
-        current = self.store.get_profile(user_id)
-        system = PROFILE_PROMPT
-        if current is not None:
-            system += f"\n\nCurrent profile:\n{current.summary}"
-        system += f"\n\nUser facts:\n{fact_lines(self.store.get_facts(user_id))}\n\n{PROFILE_RULE}"
-        prompt = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": "Generate the updated profile."},
-        ]
-        blocks = getattr(llm, "blocks", True)
-        response = blocking(llm.chat, prompt) if blocks else llm.chat(prompt)
-        data = parse_json(response.content, dict, "a JSON profile object")
-        summary, metadata = data.get("summary"), data.get("metadata", {})
-        if not isinstance(summary, str) or not summary.strip():
-            raise ExtractionFailed("the profile has no summary (a non-empty str)", response.content)
-        if not isinstance(metadata, dict):
-            raise ExtractionFailed("the profile's metadata is not an object", response.content)
-        saved: Profile = self.store.save_profile(Profile(user_id, summary.strip(), metadata))
-        return saved
+        return update_profile(self.store, user_id, llm)
 
 
 def user_conv(conv: ConvLike) -> Conv:
