@@ -11,7 +11,6 @@ from typing import Any
 import bm25s
 import numpy as np
 import pytest
-import tqdm
 
 from otpmem.actors import HogReport, add_hog_listener, faults, remove_hog_listener
 from otpmem.actors import _scheduler as scheduler
@@ -23,8 +22,12 @@ from otpmem.supervisors import Supervisor
 
 WAIT = 10.0
 
-# bm25s reports progress with tqdm, whose monitor thread would outlive the test.
-tqdm.tqdm.monitor_interval = 0
+try:  # bm25s reports progress with tqdm when it is installed: its monitor thread would
+    import tqdm  # outlive the test
+
+    tqdm.tqdm.monitor_interval = 0
+except ImportError:
+    pass
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:
