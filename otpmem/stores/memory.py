@@ -3,7 +3,9 @@
 The server owns the table and is its only writer, so two writers never interleave. Readers
 on any thread read the table directly, never queueing behind writes: each conversation is
 stored as an immutable snapshot ``(messages, n)`` over an append-only list, replaced on
-every write, so a reader sees either all of an ``add`` or none of it.
+every write, so a reader sees either all of an ``add`` or none of it. Each user's
+conversations are listed the same way, under a ``UserKey`` of the same table, so
+``conversations(user_id)`` costs that user's conversations, not everybody's.
 
 Under a supervisor the table outlives a crash of its owner: its heir (a ``TableKeeper``),
 or else the supervisor, keeps it and the restarted store adopts it, so no acknowledged
@@ -14,7 +16,8 @@ the store under its own supervisor, with a keeper beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..actors import (
@@ -58,6 +61,17 @@ READY_TIMEOUT = 5.0
 #  how many pinned messages the n hold, superseded summaries included)
 _Snapshot = tuple[list[dict[str, Any]], int, tuple[int, ...], dict[str, int] | None, int]
 TableKey = str | Conv
+# A user's conversations, oldest first, as a snapshot over an append-only list like the
+# messages': (conversations, n). It lives in the store's table under ``UserKey``.
+_UserIndex = tuple[list[Conv], int]
+
+
+@dataclass(frozen=True, slots=True)
+class UserKey:
+    """The table key of one user's conversation index: never equal to a conversation's
+    key (a str, or a Conv, which equals any 2-tuple), so the two cannot collide."""
+
+    user_id: str
 
 
 def table_key(conv: Conv) -> TableKey:
@@ -198,10 +212,23 @@ class MemoryStoreHandle(StoreClient, Handle):
         return 0 if entry is None else entry[1]
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
-        """The conversations held: all of them, or one user's."""
+        """The conversations held: all of them, or one user's (from that user's index:
+        O(their conversations), whatever everybody else holds)."""
         check_user_id(user_id)
-        convs = [Conv(None, k) if isinstance(k, str) else k for k in list(self._mapping())]
-        return [c for c in convs if user_id is None or c.user_id == user_id]
+        mapping: Mapping[Any, Any] = self._mapping()
+        if user_id is None:
+            return [
+                Conv(None, k) if isinstance(k, str) else k
+                for k in list(mapping)
+                if type(k) is not UserKey
+            ]
+        index: _UserIndex | None = mapping.get(UserKey(user_id))
+        if index is None:
+            return []
+        convs, n = index
+        # A conversation is published before it is indexed and dropped before it is
+        # unlisted: the presence check hides the one being cleared.
+        return [c for c in convs[:n] if c in mapping]
 
 
 class MemoryStore(GenServer):
@@ -282,6 +309,10 @@ class MemoryStore(GenServer):
         # Without the heir's copy, new_table still adopts what our supervisor kept.
         self.table: Table[TableKey, _Snapshot] = claimed or new_table(table_name, heir=heir)
         self.adopted = claimed is not None or self.table.adopted
+        if self.adopted:
+            # An incarnation killed between a conversation's write and its index's left
+            # them apart: derive the index again from the conversations themselves.
+            _reindex_users(self.table)
 
     def handle_call(self, message: Any) -> Any:
         kind, arg = parse_request(message, "MemoryStore")
@@ -289,11 +320,13 @@ class MemoryStore(GenServer):
             conv, batch, key, follows = arg
             self._append(conv, batch, key, follows)
         elif kind == "clear":
-            self.table.pop(table_key(arg))
+            if self.table.pop(table_key(arg), None) is not None and arg.user_id is not None:
+                _unlist(self.table, arg)
         elif kind == "forget_user":
-            for key in list(self.table):
-                if type(key) is Conv and key.user_id == arg:
-                    del self.table[key]
+            users: Table[Any, Any] = self.table
+            index: _UserIndex | None = users.pop(UserKey(arg), None)
+            for conv in [] if index is None else index[0][: index[1]]:
+                self.table.pop(conv, None)
         elif kind == "import":
             for conv, batch, key in arg:
                 self._append(conv, batch, key)
@@ -342,6 +375,46 @@ class MemoryStore(GenServer):
             if len(keys) > KEYS_KEPT:
                 del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
         self.table[key] = (messages, n + len(batch), pins, keys, pinned_count)
+        if entry is None and conv.user_id is not None:
+            _list(self.table, conv)  # after the snapshot: a listed conversation exists
+
+
+def _list(table: Table[Any, Any], conv: Conv) -> None:
+    """Add a new conversation to its user's index (appended in place, published whole)."""
+    key = UserKey(str(conv.user_id))
+    index: _UserIndex | None = table.get(key)
+    if index is None:
+        table[key] = ([conv], 1)
+        return
+    convs, n = index
+    del convs[n:]  # readers never look past n
+    convs.append(conv)
+    table[key] = (convs, n + 1)
+
+
+def _unlist(table: Table[Any, Any], conv: Conv) -> None:
+    """Take a cleared conversation out of its user's index (a new list: readers keep theirs)."""
+    key = UserKey(str(conv.user_id))
+    index: _UserIndex | None = table.get(key)
+    if index is None:
+        return
+    kept = [c for c in index[0][: index[1]] if c != conv]
+    if kept:
+        table[key] = (kept, len(kept))
+    else:
+        del table[key]
+
+
+def _reindex_users(table: Table[Any, Any]) -> None:
+    """Rebuild every user's index from the conversations the table holds, in their order."""
+    found: dict[str, list[Conv]] = {}
+    for key in list(table):
+        if type(key) is Conv and key.user_id is not None:
+            found.setdefault(key.user_id, []).append(key)
+    for key in [k for k in table if type(k) is UserKey]:
+        del table[key]
+    for user_id, convs in found.items():
+        table[UserKey(user_id)] = (convs, len(convs))
 
 
 def _pins_after(messages: list[dict[str, Any]], pins: tuple[int, ...], old: int) -> tuple[int, ...]:
