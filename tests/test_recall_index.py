@@ -170,24 +170,17 @@ def test_ranked_search_and_substring_search(
     store.add(conv, [user("hello world"), user("world peace, world cup"), user("shellfish")])
     ranked = index.search("world", user_id="ann")
     assert [h.index for h in ranked] == [1, 0]  # more occurrences, shorter: BM25 order
-    assert all(h.score == 1 for h in ranked)  # one distinct query word matched each
-    substring = index.search("ell", user_id="ann", substring=True)
+    # The score is the BM25 score itself (a float, best first), as bm25s computes it.
+    reference = bm25s.BM25()
+    corpus = [["hello", "world"], ["world", "peace", "world", "cup"], ["shellfish"]]
+    reference.index(corpus, show_progress=False)
+    expected = reference.get_scores(["world"])
+    assert [h.score for h in ranked] == pytest.approx([expected[1], expected[0]], rel=1e-5)
+    assert all(type(h.score) is float for h in ranked)
+    substring = index.search("ell", user_id="ann", mode="substring")
     assert [(h.index, h.score) for h in substring] == [(2, 1), (0, 1)]  # newest first on ties
-
-
-def test_pinned_lists_system_and_pinned_messages_with_positions(
-    store: MemoryStoreHandle, index: RecallIndexHandle
-) -> None:
-    conv = Conv("ann", "p")
-    store.add(
-        conv,
-        [
-            {"role": "system", "content": "be brief"},
-            user("hi"),
-            user("remember this", metadata={"pinned": True}),
-        ],
-    )
-    assert [p for p, _ in index.pinned(conv)] == [0, 2]
+    with pytest.raises(ValueError, match="mode"):
+        index.search("ell", user_id="ann", mode="fuzzy")
 
 
 # -- read-your-writes, clears ------------------------------------------------------------------

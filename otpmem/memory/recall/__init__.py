@@ -7,8 +7,9 @@ from .embedders import (
     SentenceTransformerEmbedder,
 )
 from .fusion import RRF_K, Hit
+from .handle import RecallIndexHandle, ranked_search
 from .hybrid import HybridProvider
-from .index import RecallIndex, RecallIndexHandle, ranked_search
+from .index import RecallIndex
 from .openai_embedder import OpenAIEmbedder
 
 __all__ = [

@@ -26,17 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from ...actors import CallTimeout, GenServer, Handle, NoProcess, blocking
+from ...actors import CallTimeout, GenServer, NoProcess, blocking, on_exit
 from ...actors._node import current
-from ...messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, short_repr
+from ...messages import Conv, FrozenDict, short_repr
 from ...stores import ChatMemory, SearchHit, StoreError
-from ..window import call_ids, is_pinned
+from ...stores._search import attach_index, detach_index
+from ..window import call_ids
 from .embedders import Embedder, EmbedderError, HashingEmbedder, as_matrix, noise_floor
-from .fusion import Filter, Hit, best_first, check_filter, fused_scores, ranks
+from .fusion import Hit, best_first, fused_scores, ranks
+from .handle import Owner, RecallIndexHandle, ranked_search
 from .lexical import tokenize
 from .partition import Partition, document_text, fingerprint
 
-Owner = str | None
 Predicate = Callable[[Mapping[str, Any]], bool]
 
 INLINE_BATCH = 256
@@ -47,123 +48,6 @@ VECTOR_WEIGHT = 1.0
 MAX_DOCUMENTS = 5_000_000
 """Past this many indexed messages, the least recently queried tenants are evicted (and
 re-indexed on their next query)."""
-
-
-def _scope(user_id: object, conversation: ConvLike | None) -> tuple[Owner, Conv | None]:
-    owner = check_user_id(user_id)
-    if conversation is None:
-        return owner, None
-    key = as_conv(conversation)
-    if user_id is not None and key.user_id != owner:
-        raise ValueError(
-            f"conversation {key.conversation_id!r} belongs to {key.user_id!r}, not {owner!r}"
-        )
-    return key.user_id, key
-
-
-def _check_query(query: object, limit: object, min_score: object) -> tuple[str, int, float]:
-    if not isinstance(query, str):
-        raise ValueError(f"a query must be a str, got {short_repr(query)}")
-    if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be an int >= 1, got {short_repr(limit)}")
-    if isinstance(min_score, bool) or not isinstance(min_score, int | float):
-        raise ValueError(f"min_score must be a number in [0, 1], got {short_repr(min_score)}")
-    if not 0.0 <= float(min_score) <= 1.0:
-        raise ValueError(f"min_score must be in [0, 1] (scores are), got {min_score!r}")
-    return query, limit, float(min_score)
-
-
-class RecallIndexHandle(Handle):
-    """The client face of a RecallIndex: every method is a call with a timeout."""
-
-    __slots__ = ()
-
-    def get_relevant(
-        self,
-        query: str,
-        *,
-        user_id: str | None = None,
-        conversation: ConvLike | None = None,
-        limit: int = 5,
-        min_score: float = 0.0,
-        filter: Filter | None = None,
-        timeout: float | None = 30.0,
-    ) -> list[Hit]:
-        """The ``limit`` messages most relevant to ``query`` within one tenant, best first.
-
-        The scope is ``user_id``'s conversations (None: those of no user), or just
-        ``conversation``. Scores are fused ranks in (0, 1] (see ``fusion``); ``min_score``
-        drops lower ones; ``filter`` keeps roles and metadata fields (``check_filter``).
-        """
-        owner, only = _scope(user_id, conversation)
-        text, limit, floor = _check_query(query, limit, min_score)
-        predicate = check_filter(filter)
-        hits: list[Hit] = self.call(
-            ("relevant", owner, only, text, limit, floor, predicate), timeout
-        )
-        return hits
-
-    def search(
-        self,
-        query: str,
-        user_id: str | None = None,
-        conv: ConvLike | None = None,
-        limit: int = 20,
-        *,
-        substring: bool = False,
-        timeout: float | None = 30.0,
-    ) -> list[SearchHit]:
-        """``store.search``'s contract as a ranked query of this index (see ``ranked_search``)."""
-        return ranked_search(
-            self, query, user_id, conv, limit, substring=substring, timeout=timeout
-        )
-
-    def pinned(
-        self, conversation: ConvLike, timeout: float | None = 30.0
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """(position, message) of every pinned message of the conversation, oldest first."""
-        key = as_conv(conversation)
-        found: list[tuple[int, dict[str, Any]]] = self.call(("pinned", key), timeout)
-        return found
-
-    def group(
-        self, conversation: ConvLike, position: int, timeout: float | None = 30.0
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """The span a cut may not split that holds ``position``: the message alone, or its
-        whole tool group (the calling assistant message and its results); [] for a tool
-        result with no call in front of it."""
-        if type(position) is not int or position < 0:
-            raise ValueError(f"position must be an int >= 0, got {short_repr(position)}")
-        found: list[tuple[int, dict[str, Any]]] = self.call(
-            ("group", as_conv(conversation), position), timeout
-        )
-        return found
-
-    def refresh(
-        self,
-        user_id: str | None = None,
-        conversation: ConvLike | None = None,
-        timeout: float | None = 300.0,
-    ) -> int:
-        """Catch up on one tenant (or conversation) now; return its indexed message count."""
-        owner, only = _scope(user_id, conversation)
-        count: int = self.call(("refresh", owner, only), timeout)
-        return count
-
-    def forget(self, conversation: ConvLike, timeout: float | None = 30.0) -> None:
-        """Drop a conversation from the index now (after clearing it in the store)."""
-        self.call(("forget", as_conv(conversation)), timeout)
-
-    def forget_user(self, user_id: str, timeout: float | None = 30.0) -> None:
-        """Drop every conversation of ``user_id`` from the index now."""
-        if user_id is None:
-            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
-        self.call(("forget_user", check_user_id(user_id)), timeout)
-
-    def stats(self, timeout: float | None = 30.0) -> dict[str, Any]:
-        """What is indexed: tenants, conversations, live and dead documents."""
-        result: dict[str, Any] = self.call(("stats",), timeout)
-        return result
 
 
 class RecallIndex(GenServer):
@@ -196,26 +80,25 @@ class RecallIndex(GenServer):
     ) -> RecallIndexHandle:
         """Start an index over ``store`` (default embedder: ``HashingEmbedder()``), linked to
         the caller."""
-        if not isinstance(store, ChatMemory):
-            raise TypeError(f"store must implement ChatMemory, got {short_repr(store)}")
-        if embedder is None:
-            embedder = HashingEmbedder()
-        elif not isinstance(embedder, Embedder):
-            raise TypeError(f"embedder must have dim and embed(texts), got {short_repr(embedder)}")
-        if type(max_documents) is not int or max_documents < 1:
-            raise ValueError(f"max_documents must be an int >= 1, got {max_documents!r}")
-        if (
-            not isinstance(weights, tuple)
-            or len(weights) != 2
-            or not all(isinstance(w, int | float) and w >= 0 for w in weights)
-            or not sum(weights) > 0
-        ):
-            raise ValueError(
-                f"weights must be (lexical, vector) numbers >= 0, not both 0, got {weights!r}"
-            )
-        handle = cls._spawn(
-            (store, embedder, max_documents, weights), {}, current(), name, None, start_timeout
-        )
+        args = _checked(store, embedder, max_documents, weights)
+        handle = cls._spawn(args, {}, current(), name, None, start_timeout)
+        assert isinstance(handle, RecallIndexHandle)
+        return handle
+
+    @classmethod
+    def start(  # type: ignore[override]
+        cls,
+        store: ChatMemory,
+        embedder: Embedder | None = None,
+        name: str | None = None,
+        *,
+        max_documents: int = MAX_DOCUMENTS,
+        weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
+        start_timeout: float | None = 5.0,
+    ) -> RecallIndexHandle:
+        """Like ``start_link``, without the link (nobody is told when it exits)."""
+        args = _checked(store, embedder, max_documents, weights)
+        handle = cls._spawn(args, {}, None, name, None, start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
 
@@ -249,6 +132,27 @@ class RecallIndex(GenServer):
         self.floor = noise_floor(embedder)
         self.max_documents = max_documents
         self.partitions: OrderedDict[Owner, Partition] = OrderedDict()
+        self._attach(store)
+
+    def _attach(self, store: ChatMemory) -> None:
+        """Answer ``store.search`` from this incarnation until it exits (see stores._search)."""
+        me = RecallIndexHandle(current())
+
+        def search(
+            query: str,
+            owner: Owner,
+            only: Conv | None,
+            limit: int,
+            mode: str,
+            timeout: float | None,
+        ) -> list[SearchHit]:
+            return ranked_search(me, query, owner, only, limit, mode=mode, timeout=timeout)
+
+        try:
+            token = attach_index(store, search)
+        except ValueError:
+            return  # not a store handle: its search (if any) is not StoreClient's
+        on_exit(lambda: detach_index(token))
 
     def handle_call(self, message: Any) -> Any:
         if not isinstance(message, tuple) or not message:
@@ -263,16 +167,6 @@ class RecallIndex(GenServer):
         if kind == "substring":
             owner, only, query, limit = args
             return self._substring(owner, only, query, limit)
-        if kind == "pinned":
-            (conv,) = args
-            part = self._catch_up(conv.user_id, conv)
-            state = part.convs.get(conv)
-            docs = state.docs if state is not None else []
-            return [
-                (i, _copy(part.messages[d]))
-                for i, d in enumerate(docs)
-                if is_pinned(part.messages[d])
-            ]
         if kind == "group":
             conv, position = args
             return self._group(conv, position)
@@ -350,14 +244,12 @@ class RecallIndex(GenServer):
         words = tokenize(query)
         if not len(part) or not words:
             return []
-        scores = part.lexical.scores(words, self._mask(part, only))
-        wanted = set(words)
+        scores = part.lexical.scores(words, self._mask(part, only)).astype(np.float64)
         hits = []
-        for doc in best_first(scores.astype(np.float64), 0.0, limit):
+        for doc in best_first(scores, 0.0, limit):
             conv, position = part.where(doc)
-            message = part.messages[doc]
-            matched = len(wanted & set(tokenize(document_text(message))))
-            hits.append(SearchHit(conv, position, _copy(message), matched))
+            score = round(float(scores[doc]), 6)
+            hits.append(SearchHit(conv, position, _copy(part.messages[doc]), score))
         return hits
 
     def _substring(
@@ -480,35 +372,33 @@ class RecallIndex(GenServer):
             total -= len(part)
 
 
+def _checked(
+    store: object, embedder: object, max_documents: object, weights: object
+) -> tuple[ChatMemory, Embedder, int, tuple[float, float]]:
+    """``start_link``'s arguments, checked in the caller's thread (default embedder filled)."""
+    if not isinstance(store, ChatMemory):
+        raise TypeError(f"store must implement ChatMemory, got {short_repr(store)}")
+    if embedder is None:
+        embedder = HashingEmbedder()
+    elif not isinstance(embedder, Embedder):
+        raise TypeError(f"embedder must have dim and embed(texts), got {short_repr(embedder)}")
+    if type(max_documents) is not int or max_documents < 1:
+        raise ValueError(f"max_documents must be an int >= 1, got {max_documents!r}")
+    if (
+        not isinstance(weights, tuple)
+        or len(weights) != 2
+        or not all(isinstance(w, int | float) and w >= 0 for w in weights)
+        or not sum(weights) > 0
+    ):
+        raise ValueError(
+            f"weights must be (lexical, vector) numbers >= 0, not both 0, got {weights!r}"
+        )
+    return store, embedder, max_documents, (float(weights[0]), float(weights[1]))
+
+
 def _copy(message: Mapping[str, Any]) -> dict[str, Any]:
     # A stored message is read-only (MemoryStore) or the index's own (LevelDB): a caller
     # gets one it may change without changing what the index holds.
     if isinstance(message, FrozenDict):
         return message
     return copy.deepcopy(dict(message))
-
-
-def ranked_search(
-    index: RecallIndexHandle,
-    query: str,
-    user_id: str | None = None,
-    conv: ConvLike | None = None,
-    limit: int = 20,
-    *,
-    substring: bool = False,
-    timeout: float | None = 30.0,
-) -> list[SearchHit]:
-    """``StoreClient.search``'s signature and scope, answered by the index, never a scan.
-
-    Ranked by BM25 (``SearchHit.score`` is how many distinct query words the message
-    holds); ``substring=True`` keeps bx-ai's semantics instead: case-insensitive substring,
-    most occurrences first, then newest, over the tenant's indexed messages.
-    """
-    owner, only = _scope(user_id, conv)
-    if not isinstance(query, str) or not query:
-        raise ValueError(f"a search query must be a non-empty str, got {short_repr(query)}")
-    if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be an int >= 1, got {short_repr(limit)}")
-    kind = "substring" if substring else "lexical"
-    hits: list[SearchHit] = index.call((kind, owner, only, query, limit), timeout)
-    return hits
