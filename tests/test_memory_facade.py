@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +225,38 @@ def test_a_token_triggered_summary_reads_every_uncovered_message_and_no_more() -
     finally:
         store.stop()
 
+
+EXPORTED = [
+    "Embedder",
+    "EmbedderError",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "RecallIndex",
+    "RecallIndexHandle",
+    "Hit",
+    "HybridProvider",
+    "ranked_search",
+    "Memory",
+    "memory",
+    "InvalidMemoryType",
+    "InvalidConfiguration",
+    "TokenSummarization",
+]
+
+
+def test_the_public_names_come_from_otpmem_memory_and_numpy_only_when_asked() -> None:
+    code = (
+        "import sys, otpmem, otpmem.agents, otpmem.memory as m\n"
+        "assert 'numpy' not in sys.modules, 'import otpmem brought numpy'\n"
+        f"names = {EXPORTED!r}\n"
+        "assert set(names) <= set(m.__all__) and set(names) <= set(dir(m))\n"
+        "from otpmem.memory import *\n"
+        "from otpmem.memory.recall import HybridProvider as H\n"
+        "assert m.HybridProvider is H and callable(memory) and 'numpy' in sys.modules\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60.0, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr
