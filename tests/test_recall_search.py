@@ -31,17 +31,17 @@ def store() -> Iterator[MemoryStoreHandle]:
 
 def fill(store: MemoryStoreHandle) -> None:
     store.add(Conv("ann", "a"), [user("hello world"), user("world peace, world cup")])
-    store.add(Conv("ann", "b"), [user("shellfish allergy"), user("a worldly view")])
+    store.add(Conv("ann", "b"), [user("shellfish allergy"), user("a worldwide view")])
     store.add(Conv("bob", "a"), [user("world world world world")])
 
 
 def test_without_an_index_search_is_the_substring_scan(store: MemoryStoreHandle) -> None:
     fill(store)
     hits = store.search("world", user_id="ann")
-    # Substring: "worldly" matches too, and the score is the count of occurrences.
+    # Substring: "worldwide" matches too, and the score is the count of occurrences.
     first = hits[0]
     assert (first.conv.conversation_id, first.index, first.score) == ("a", 1, 2)
-    assert {h.message["content"] for h in hits} >= {"a worldly view"}
+    assert {h.message["content"] for h in hits} >= {"a worldwide view"}
     with pytest.raises(StoreError, match="no RecallIndex"):
         store.search("world", user_id="ann", mode="ranked")
     with pytest.raises(ValueError, match="mode"):
@@ -67,7 +67,7 @@ def test_an_attached_index_answers_search_ranked_and_reads_nothing(
         # Nothing new since the refresh: no scan, only the newest message of each of ann's
         # conversations (to see a clear and rewrite), and nothing of bob's.
         assert sorted(reads) == [(Conv("ann", "a"), 1), (Conv("ann", "b"), 1)]
-        # BM25 over words: "worldly" is another word; the denser message ranks first.
+        # BM25 over (stemmed) words: "worldwide" is another one; the denser message ranks first.
         assert [(h.conv, h.index) for h in hits] == [(Conv("ann", "a"), 1), (Conv("ann", "a"), 0)]
         assert all(type(h.score) is float and h.score > 0 for h in hits)
         assert hits[0].score > hits[1].score
@@ -76,7 +76,7 @@ def test_an_attached_index_answers_search_ranked_and_reads_nothing(
         substring = store.search("world", user_id="ann", mode="substring")
         assert all(last == 1 for _, last in reads)
         assert (substring[0].index, substring[0].score) == (1, 2)
-        assert "a worldly view" in [h.message["content"] for h in substring]
+        assert "a worldwide view" in [h.message["content"] for h in substring]
         # A write is seen by the next search (the index catches up on the tenant).
         store.add(Conv("ann", "b"), [user("world world world, the whole world")])
         assert store.search("world", user_id="ann", limit=1)[0].index == 2

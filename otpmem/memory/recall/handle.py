@@ -59,6 +59,7 @@ class RecallIndexHandle(Handle):
         limit: int = 5,
         min_score: float = 0.0,
         filter: Filter | None = None,
+        distinct: bool = True,
         timeout: float | None = 30.0,
     ) -> list[Hit]:
         """The ``limit`` messages most relevant to ``query`` within one tenant, best first.
@@ -66,12 +67,17 @@ class RecallIndexHandle(Handle):
         The scope is ``user_id``'s conversations (None: those of no user), or just
         ``conversation``. Scores are fused ranks in (0, 1] (see ``fusion``); ``min_score``
         drops lower ones; ``filter`` keeps roles and metadata fields (``check_filter``).
+        With ``distinct`` (the default) messages of the same role and text count once, as
+        their best-ranked (newest) copy: ten copies of "thanks!" would tell nothing more
+        than one and take the places of ten other messages.
         """
         owner, only = check_scope(user_id, conversation)
         text, limit, floor = check_query(query, limit, min_score)
         predicate = check_filter(filter)
+        if type(distinct) is not bool:
+            raise ValueError(f"distinct must be True or False, got {short_repr(distinct)}")
         hits: list[Hit] = self.call(
-            ("relevant", owner, only, text, limit, floor, predicate), timeout
+            ("relevant", owner, only, text, limit, floor, predicate, distinct), timeout
         )
         return hits
 

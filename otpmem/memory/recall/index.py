@@ -1,53 +1,37 @@
 """RecallIndex: a supervised server that ranks a store's messages for a query.
 
-It pulls, never pushes: the stores stay as they are, and on every query the index first
-catches up on the querying tenant's conversations through the store's public reads
-(``conversations(user_id)``, ``count(conv)``, ``get(conv, last=k)``), so a query sees
-every ``add`` that returned before it (read-your-writes) with no hook in the write path.
-What the index holds is a cache of the store, rebuilt lazily: after a crash of the index,
-a restart of the store or a reopen of a LevelDB directory, a tenant's first query
-re-indexes that tenant's conversations, and nobody else's.
-
-Per conversation it remembers how many messages it indexed and a digest of the newest one.
-On a query: fewer messages than indexed, or a different message at the last indexed
-position, means the conversation was cleared (and perhaps rewritten): it is re-indexed
-from scratch. A conversation no longer listed for its user was cleared or forgotten: it
-leaves the index. Only a clear followed by a rewrite that is at least as long and repeats
-the old newest message at the same position, all between two queries, goes unseen; use
-``forget``/``forget_user`` (the ``Memory`` facade and ``HybridProvider`` do) to close it.
+It pulls, never pushes: on every query it first brings the querying tenant level with the
+store through the store's public reads (``tenants.Tenants``: read-your-writes with no hook
+in the write path, rebuilt lazily after any crash, restart or reopen), then ranks that
+tenant's partition alone. It also answers the store's own ``search`` while it runs
+(``otpmem.stores._search``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from ...actors import CallTimeout, GenServer, NoProcess, blocking, on_exit
+from ...actors import CallTimeout, GenServer, NoProcess, on_exit
 from ...actors._node import current
 from ...messages import Conv, FrozenDict, short_repr
 from ...stores import ChatMemory, SearchHit, StoreError
 from ...stores._search import attach_index, detach_index
 from ..window import call_ids
-from .embedders import Embedder, EmbedderError, HashingEmbedder, as_matrix, noise_floor
+from .embedders import Embedder, EmbedderError, HashingEmbedder, noise_floor
 from .fusion import Hit, best_first, fused_scores, ranks
 from .handle import Owner, RecallIndexHandle, ranked_search
 from .lexical import tokenize
-from .partition import Partition, document_text, fingerprint
+from .partition import Partition, document_text
+from .tenants import MAX_DOCUMENTS, Tenants
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 
-INLINE_BATCH = 256
-"""Catch-ups of more new messages than this run on the blocking pool (never a scheduler)."""
-
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
-MAX_DOCUMENTS = 5_000_000
-"""Past this many indexed messages, the least recently queried tenants are evicted (and
-re-indexed on their next query)."""
 
 
 class RecallIndex(GenServer):
@@ -122,16 +106,10 @@ class RecallIndex(GenServer):
         max_documents: int,
         weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
     ) -> None:
-        self.store = store
         self.weights = (float(weights[0]), float(weights[1]))
         self.embedder = embedder
-        self.dim = int(embedder.dim)
-        # HashingEmbedder is a few µs a message: small catch-ups stay inline. Anything
-        # else (a model, a server) may block: it always runs on the blocking pool.
-        self.inline = isinstance(embedder, HashingEmbedder)
         self.floor = noise_floor(embedder)
-        self.max_documents = max_documents
-        self.partitions: OrderedDict[Owner, Partition] = OrderedDict()
+        self.tenants = Tenants(store, embedder, max_documents)
         self._attach(store)
 
     def _attach(self, store: ChatMemory) -> None:
@@ -159,8 +137,8 @@ class RecallIndex(GenServer):
             raise ValueError(f"RecallIndex does not understand {short_repr(message)}")
         kind, *args = message
         if kind == "relevant":
-            owner, only, query, limit, floor, predicate = args
-            return self._relevant(owner, only, query, limit, floor, predicate)
+            owner, only, query, limit, floor, predicate, distinct = args
+            return self._relevant(owner, only, query, limit, floor, predicate, distinct)
         if kind == "lexical":
             owner, only, query, limit = args
             return self._lexical(owner, only, query, limit)
@@ -172,29 +150,21 @@ class RecallIndex(GenServer):
             return self._group(conv, position)
         if kind == "refresh":
             owner, only = args
-            part = self._catch_up(owner, only)
+            part = self.tenants.catch_up(owner, only)
             if only is None:
                 return len(part)
             state = part.convs.get(only)
             return 0 if state is None else state.indexed
         if kind == "forget":
             (conv,) = args
-            holder = self.partitions.get(conv.user_id)
-            if holder is not None:
-                holder.drop(conv)
+            self.tenants.forget(conv)
             return None
         if kind == "forget_user":
             (owner,) = args
-            self.partitions.pop(owner, None)
+            self.tenants.forget_user(owner)
             return None
         if kind == "stats":
-            return {
-                "tenants": len(self.partitions),
-                "conversations": sum(len(p.convs) for p in self.partitions.values()),
-                "documents": sum(len(p) for p in self.partitions.values()),
-                "dead": sum(p.dead for p in self.partitions.values()),
-                "embedder": repr(self.embedder),
-            }
+            return {**self.tenants.stats(), "embedder": repr(self.embedder)}
         raise ValueError(f"RecallIndex does not understand {short_repr(message)}")
 
     # -- queries ------------------------------------------------------------------------
@@ -211,8 +181,9 @@ class RecallIndex(GenServer):
         limit: int,
         floor: float,
         predicate: Predicate | None,
+        distinct: bool,
     ) -> list[Hit]:
-        part = self._catch_up(owner, only)
+        part = self.tenants.catch_up(owner, only)
         if not len(part):
             return []
         mask = self._mask(part, only)
@@ -222,17 +193,40 @@ class RecallIndex(GenServer):
             lexical = part.lexical.scores(tokenize(query), mask)
             rankings.append((ranks(lexical), lexical_weight))
         if vector_weight:
-            vector = part.similarity(self._embed([query])[0])
+            vector = part.similarity(self.tenants.embed([query])[0])
             vector[~mask | (vector < self.floor)] = 0.0
             rankings.append((ranks(vector), vector_weight))
         fused = fused_scores(rankings)
-        # A partial sort first; a filter that refuses most of it falls back to all of them.
-        first = best_first(fused, floor, None if predicate is not None else limit)
+        # A partial sort of a few times the limit first; when a filter or the duplicates
+        # refuse too much of it, every candidate, best first.
+        wanted = None if predicate is not None else limit * (4 if distinct else 1)
+        hits = self._pick(part, fused, best_first(fused, floor, wanted), limit, predicate, distinct)
+        more = wanted is not None and np.count_nonzero((fused > 0) & (fused >= floor)) > wanted
+        if len(hits) < limit and more:
+            hits = self._pick(part, fused, best_first(fused, floor), limit, predicate, distinct)
+        return hits
+
+    @staticmethod
+    def _pick(
+        part: Partition,
+        fused: np.ndarray[Any, np.dtype[np.float64]],
+        ranked: list[int],
+        limit: int,
+        predicate: Predicate | None,
+        distinct: bool,
+    ) -> list[Hit]:
+        """The first ``limit`` of ``ranked`` the filter keeps, each (role, text) once."""
         hits: list[Hit] = []
-        for doc in first:
+        seen: set[tuple[Any, str]] = set()
+        for doc in ranked:
             message = part.messages[doc]
             if predicate is not None and not predicate(message):
                 continue
+            if distinct:
+                key = (message.get("role"), document_text(message))
+                if key in seen:
+                    continue
+                seen.add(key)
             conv, position = part.where(doc)
             hits.append(Hit(_copy(message), round(float(fused[doc]), 6), conv, position))
             if len(hits) == limit:
@@ -240,7 +234,7 @@ class RecallIndex(GenServer):
         return hits
 
     def _lexical(self, owner: Owner, only: Conv | None, query: str, limit: int) -> list[SearchHit]:
-        part = self._catch_up(owner, only)
+        part = self.tenants.catch_up(owner, only)
         words = tokenize(query)
         if not len(part) or not words:
             return []
@@ -257,7 +251,7 @@ class RecallIndex(GenServer):
     ) -> list[SearchHit]:
         # bx-ai's semantics (case-insensitive substring, most occurrences first, then
         # newest), over this tenant's indexed messages: no store scan.
-        part = self._catch_up(owner, only)
+        part = self.tenants.catch_up(owner, only)
         needle = query.casefold()
         mask = self._mask(part, only)
         found = []
@@ -271,7 +265,7 @@ class RecallIndex(GenServer):
         return [SearchHit(c, p, _copy(m), s) for s, p, _, c, m in found[:limit]]
 
     def _group(self, conv: Conv, position: int) -> list[tuple[int, dict[str, Any]]]:
-        part = self._catch_up(conv.user_id, conv)
+        part = self.tenants.catch_up(conv.user_id, conv)
         state = part.convs.get(conv)
         if state is None or position >= state.indexed:
             return []
@@ -293,83 +287,6 @@ class RecallIndex(GenServer):
             if p == start or messages[p].get("tool_call_id") in asked
         ]
         return [(p, _copy(m)) for p, m in span]
-
-    def _embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-        if self.inline:
-            vectors = self.embedder.embed(texts)
-        else:
-            vectors = blocking(self.embedder.embed, texts)
-        return as_matrix(vectors, self.dim, len(texts))
-
-    # -- catching up ----------------------------------------------------------------------
-
-    def _catch_up(self, owner: Owner, only: Conv | None) -> Partition:
-        """Bring the tenant's partition (or one conversation of it) level with the store."""
-        found = self.partitions.get(owner)
-        part = found if found is not None else Partition(self.dim)
-        self.partitions[owner] = part
-        self.partitions.move_to_end(owner)
-        if only is not None:
-            convs = [only]
-        else:
-            convs = [c for c in self.store.conversations(owner) if c.user_id == owner]
-            listed = set(convs)
-            for gone in [c for c in part.convs if c not in listed]:
-                part.drop(gone)  # cleared or forgotten in the store
-        pending = 0
-        for conv in convs:
-            state = part.convs.get(conv)
-            pending += self.store.count(conv) - (0 if state is None else state.indexed)
-        if pending > INLINE_BATCH or (pending and not self.inline):
-            blocking(self._index, part, convs)
-        else:
-            self._index(part, convs)
-        self._evict(owner)
-        return part
-
-    def _index(self, part: Partition, convs: Sequence[Conv]) -> None:
-        batches = []
-        for conv in convs:
-            reset, fresh = self._read(part, conv)
-            if reset:
-                part.drop(conv)
-            if fresh:
-                batches.append((conv, fresh))
-        texts = [document_text(m) for _, fresh in batches for m in fresh]
-        if not texts:
-            return
-        vectors = as_matrix(self.embedder.embed(texts), self.dim, len(texts))
-        start = 0
-        for conv, fresh in batches:
-            tokens = [tokenize(t) for t in texts[start : start + len(fresh)]]
-            part.append(conv, fresh, tokens, vectors[start : start + len(fresh)])
-            start += len(fresh)
-
-    def _read(self, part: Partition, conv: Conv) -> tuple[bool, Sequence[Mapping[str, Any]]]:
-        """(start over?, the messages to index next) for one conversation."""
-        state = part.convs.get(conv)
-        if state is None:
-            return False, self.store.get(conv)
-        for _ in range(3):
-            n = self.store.count(conv)
-            if n < state.indexed:
-                break
-            tail = self.store.get(conv, last=n - state.indexed + 1)
-            if self.store.count(conv) != n:
-                continue  # written meanwhile: the tail is not the one counted
-            if len(tail) == n - state.indexed + 1 and fingerprint(tail[0]) == state.last:
-                return False, tail[1:]
-            break
-        return True, self.store.get(conv)
-
-    def _evict(self, keep: Owner) -> None:
-        total = sum(len(p) for p in self.partitions.values())
-        while total > self.max_documents and len(self.partitions) > 1:
-            owner, part = next(iter(self.partitions.items()))
-            if owner == keep:
-                break
-            del self.partitions[owner]
-            total -= len(part)
 
 
 def _checked(
