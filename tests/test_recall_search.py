@@ -3,6 +3,8 @@ substring semantics on request, back to the scan when the index goes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,3 +179,23 @@ def test_a_search_or_recall_never_returns_another_tenants_message(
     finally:
         index.stop()
         store.stop()
+
+
+def test_the_application_starts_its_index_without_numpy_and_loads_it_on_a_query() -> None:
+    # The index in the tree must not slow the start (make demo's throughput counts it):
+    # its ranking (numpy, the embedder) waits for the first query.
+    code = (
+        "import sys, otpmem\n"
+        "from otpmem.messages import Conv\n"
+        "with otpmem.running():\n"
+        "    store = otpmem.default_store()\n"
+        "    store.add(Conv('ann', 'c'), [{'role': 'user', 'content': 'numpy later'}])\n"
+        "    assert 'numpy' not in sys.modules, 'starting the index imported numpy'\n"
+        "    hits = store.search('later', user_id='ann')\n"
+        "    assert 'numpy' in sys.modules and type(hits[0].score) is float\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60.0, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr

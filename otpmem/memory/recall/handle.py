@@ -12,7 +12,7 @@ from typing import Any
 from ...actors import Handle
 from ...messages import Conv, ConvLike, as_conv, check_user_id, short_repr
 from ...stores import SearchHit
-from .fusion import Filter, Hit, check_filter
+from .base import Filter, Hit, check_filter
 
 Owner = str | None
 

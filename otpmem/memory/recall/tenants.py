@@ -27,17 +27,14 @@ import numpy as np
 from ...actors import blocking
 from ...messages import Conv
 from ...stores import ChatMemory
-from .embedders import Embedder, HashingEmbedder, as_matrix
+from .base import Embedder
+from .embedders import HashingEmbedder, as_matrix
 from .handle import Owner
 from .lexical import tokenize
 from .partition import Partition, document_text, fingerprint
 
 INLINE_BATCH = 256
 """Catch-ups of more new messages than this run on the blocking pool (never a scheduler)."""
-
-MAX_DOCUMENTS = 5_000_000
-"""Past this many indexed messages, the least recently queried tenants are evicted (and
-re-indexed on their next query)."""
 
 
 class Tenants:
