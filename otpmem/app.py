@@ -30,6 +30,7 @@ from typing import Any
 
 from .actors import whereis
 from .agents import Agent, AgentHandle
+from .memory.recall import default as recall
 from .stores import (
     DEFAULT_STORE_NAME,
     STORE_INTENSITY,
@@ -141,10 +142,6 @@ def start(
             ),
             type="supervisor",
         )
-        # Imported here, not at the top: the index brings numpy, which ``import otpmem``
-        # (the command's reads, say) does without.
-        from .memory.recall import default as recall
-
         handle_class = MemoryStoreHandle if data_dir is None else LevelDBStoreHandle
         set_supervised(handle_class)
         recall.set_supervised(True)
@@ -174,8 +171,6 @@ def start(
 def _forget_supervision(event: SupervisorEvent) -> None:
     # The root stops for good (asked to, or past its intensity): no more restarts to wait.
     if event.kind == "shutdown":
-        from .memory.recall import default as recall
-
         set_supervised(None)
         recall.set_supervised(False)
 

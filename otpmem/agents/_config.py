@@ -15,6 +15,8 @@ from typing import Any
 from ..actors import Event, current
 from ..llm import ChatResponse
 from ..memory import DefaultProvider, MemoryProvider
+from ..memory.recall.default import default_index
+from ..memory.recall.hybrid import HybridProvider
 from ..messages import Conv
 from ..stores import ChatMemory, default_store
 
@@ -66,10 +68,6 @@ def _recall_memory(memory: Mapping[str, Any]) -> MemoryProvider:
         raise ValueError(f'memory={{"window": n, ...}} needs an int n >= 1, got {window!r}')
     if not recall:
         return DefaultProvider(default_store(), window)
-    # Imported here: recall brings numpy, which an agent without it does not need.
-    from ..memory import HybridProvider
-    from ..memory.recall.default import default_index
-
     index = default_index()  # first: without an application it warns once for both
     store = default_store()
     if window is None:
