@@ -16,7 +16,7 @@ import otpmem
 from otpmem.actors import faults
 from otpmem.memory.recall import RecallIndex
 from otpmem.messages import Conv
-from otpmem.stores import MemoryStore, MemoryStoreHandle, StoreError, _search
+from otpmem.stores import MemoryStore, MemoryStoreHandle, StoreError, ranking
 from otpmem.supervisors import Supervisor
 
 
@@ -87,7 +87,7 @@ def test_an_attached_index_answers_search_ranked_and_reads_nothing(
         index.stop()
     # Detached on exit: the scan again, and nothing is left attached.
     assert store.search("world", user_id="ann")[0].score == 4
-    assert _search.attached(store) is None and not _search._attached
+    assert ranking.attached(store) is None and not ranking._attached
 
 
 def test_a_named_store_handle_finds_an_index_given_its_process_and_back() -> None:

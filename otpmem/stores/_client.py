@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, freeze_batch, short_repr
 from ._base import SearchHit, StoreError, check_key
 from ._documents import export_document, import_key, parse_import, rank_matches, search_scope
-from ._search import attached as attached_index
+from .ranking import attached as attached_index
 
 ImportEntry = tuple[Conv, list[FrozenDict], str | None]
 

@@ -4,18 +4,17 @@ It pulls, never pushes: on every query it first brings the querying tenant level
 store through the store's public reads (``tenants.Tenants``: read-your-writes with no hook
 in the write path, rebuilt lazily after any crash, restart or reopen), then ranks that
 tenant's partition alone. It also answers the store's own ``search`` while it runs
-(``otpmem.stores._search``).
+(``otpmem.stores.ranking``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...actors import CallTimeout, GenServer, NoProcess, on_exit
-from ...actors._node import current
+from ...actors import CallTimeout, GenServer, NoProcess, current, on_exit
 from ...messages import Conv, short_repr
 from ...stores import ChatMemory, SearchHit, StoreError
-from ...stores._search import attach_index, detach_index
+from ...stores.ranking import attach_index, detach_index
 from .base import Embedder, EmbedderError
 from .handle import Owner, RecallIndexHandle, ranked_search
 
@@ -116,7 +115,7 @@ class RecallIndex(GenServer):
         return self._engine
 
     def _attach(self, store: ChatMemory) -> None:
-        """Answer ``store.search`` from this incarnation until it exits (see stores._search)."""
+        """Answer ``store.search`` from this incarnation until it exits (see stores.ranking)."""
         me = RecallIndexHandle(current())
 
         def search(
