@@ -30,6 +30,7 @@ MODULES: list[str] = [
     "agents",
     "scale",
     "recall",
+    "postgres",
     "longterm",
 ]
 """Benchmark modules in run order: ``<name>`` is ``benchmarks/bench_<name>.py``."""

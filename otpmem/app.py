@@ -5,9 +5,12 @@
     otpmem (one_for_one, INTENSITY restarts in PERIOD s)
     ├── default_store   the store's supervisor (STORE_INTENSITY in STORE_PERIOD s) over a
     │                   TableKeeper + MemoryStore pair, or a LevelDBStore under data_dir
+    ├── recall_index    a RecallIndex over the default store, by name: default_store().search
+    │                   is ranked, memory={"recall": True} shares it; it pulls on a query,
+    │                   so a write pays nothing for it
     └── agents          simple_one_for_one: agents started with otpmem.start_agent()
 
-Shutdown goes newest first: agents stop before the store they write to.
+Shutdown goes newest first: agents stop before the index and the store they use.
 
 The intensities are two budgets in series. The store's supervisor absorbs a burst of store
 crashes; when it gives up (no data lost: the table goes up to the root and comes back down),
@@ -27,6 +30,7 @@ from typing import Any
 
 from .actors import whereis
 from .agents import Agent, AgentHandle
+from .memory.recall import default as recall
 from .stores import (
     DEFAULT_STORE_NAME,
     STORE_INTENSITY,
@@ -138,10 +142,16 @@ def start(
             ),
             type="supervisor",
         )
-        set_supervised(MemoryStoreHandle if data_dir is None else LevelDBStoreHandle)
+        handle_class = MemoryStoreHandle if data_dir is None else LevelDBStoreHandle
+        set_supervised(handle_class)
+        recall.set_supervised(True)
         try:
             root = Supervisor.start(
-                [_store_spec(data_dir, sync, store_intensity, store_period, listeners), agents],
+                [
+                    _store_spec(data_dir, sync, store_intensity, store_period, listeners),
+                    recall.default_index_spec(handle_class),
+                    agents,
+                ],
                 strategy="one_for_one",
                 intensity=intensity,
                 period=period,
@@ -150,6 +160,7 @@ def start(
             )
         except BaseException:
             set_supervised(None)
+            recall.set_supervised(False)
             raise
         root.subscribe(_forget_supervision)
         if carried is not None and carried["conversations"]:
@@ -161,10 +172,11 @@ def _forget_supervision(event: SupervisorEvent) -> None:
     # The root stops for good (asked to, or past its intensity): no more restarts to wait.
     if event.kind == "shutdown":
         set_supervised(None)
+        recall.set_supervised(False)
 
 
 def stop(timeout: float | None = 60.0) -> None:
-    """Stop the application: agents first, then the store."""
+    """Stop the application: agents first, then the index, then the store."""
     root = whereis(APP_NAME)
     if root is None:
         raise AppError("otpmem is not running")

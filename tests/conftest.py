@@ -43,3 +43,40 @@ def lock_holder() -> Iterator[list[LockHolder]]:
     for holder in holders:
         if holder.proc.poll() is None:
             holder.release()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """One embedded PostgreSQL (pgserver) for the whole session; its DSN.
+
+    Its directory is made with mkdtemp, not pytest's tmp_path: run as root, pgserver runs
+    the server as another user, who cannot enter pytest's 0700 base directory.
+    """
+    import shutil
+    import tempfile
+
+    import pgserver
+
+    where = tempfile.mkdtemp(prefix="otpmem-test-pg-")
+    server = pgserver.get_server(where, cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: str) -> str:
+    """The session's PostgreSQL DSN."""
+    return postgres_server
+
+
+@pytest.fixture
+def pg_namespace(request: pytest.FixtureRequest) -> str:
+    """A schema of this test's own: tests share one server, never one schema."""
+    import re
+    import uuid
+
+    stem = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
+    return f"t_{stem}_{uuid.uuid4().hex[:8]}"

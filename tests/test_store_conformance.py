@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from otpmem.stores import ChatMemory, LevelDBStore, MemoryStore
+from otpmem.stores.postgres import PostgresStore
 from otpmem.stores.testing import ChatMemoryConformance, LongTermConformance
 from otpmem.supervisors import Supervisor
 
@@ -78,5 +79,21 @@ class TestLevelDBStoreLongTerm(LongTermConformance):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[Any]:
         store = LevelDBStore.start_link(tmp_path / "db")
+        yield store
+        store.stop()
+
+
+class TestPostgresStore(ChatMemoryConformance):
+    @pytest.fixture
+    def store(self, postgres_dsn: str, pg_namespace: str) -> Iterator[Any]:
+        store = PostgresStore.start_link(postgres_dsn, namespace=pg_namespace)
+        yield store
+        store.stop()
+
+
+class TestPostgresStoreLongTerm(LongTermConformance):
+    @pytest.fixture
+    def store(self, postgres_dsn: str, pg_namespace: str) -> Iterator[Any]:
+        store = PostgresStore.start_link(postgres_dsn, namespace=pg_namespace)
         yield store
         store.stop()

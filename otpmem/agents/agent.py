@@ -204,7 +204,8 @@ class Agent(GenServer):
     def _turn(self, text: Any, turn_id: Any = None) -> TurnResult:
         if not isinstance(text, str) or not text:
             raise ValueError(f"run needs a non-empty str, got {short_repr(text)}")
-        turn_id = check_turn_id(turn_id) or uuid.uuid4().hex
+        given = check_turn_id(turn_id)
+        turn_id = given or uuid.uuid4().hex
         config = self.config
         meta = {
             "agent_name": config.agent_name,
@@ -217,7 +218,7 @@ class Agent(GenServer):
         key = self._claim_writer()
         try:
             try:
-                result = self._loop(text, meta, turn_id)
+                result = self._loop(text, meta, turn_id, retry=given is not None)
             finally:
                 if key is not None:
                     writers.release(key)
@@ -245,11 +246,12 @@ class Agent(GenServer):
             )
         return key
 
-    def _loop(self, text: str, meta: dict[str, Any], turn_id: str) -> TurnResult:
+    def _loop(self, text: str, meta: dict[str, Any], turn_id: str, retry: bool) -> TurnResult:
         config = self.config
         provider, conv, kernel = config.provider, config.conv, config.kernel
         writer = TurnWriter(provider, conv, turn_id, config.keyed)
-        earlier = writer.earlier()
+        # A turn id of our own making is new: no earlier attempt to look for.
+        earlier = writer.earlier() if retry else None
         first: tuple[list[Any], str | None] | None = None
         if earlier is None:
             history = provider.history(conv) if provider is not None else []

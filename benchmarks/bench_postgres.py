@@ -1,0 +1,212 @@
+"""PostgresStore against raw psycopg and LangChain's PostgresChatMessageHistory, one server.
+
+All on one embedded PostgreSQL 16 (pgserver) with its defaults (``synchronous_commit =
+on``: every commit is fsynced, so every acknowledged add is durable):
+
+1. durable adds of one message, 1 writer and 16 writer threads (one conversation each),
+   against raw psycopg: one ``INSERT`` + commit per add into a bare table of the same rows,
+   from as many threads, each with its own connection;
+2. ``get(last=50)`` of a 1,000-message and a 1,000,000-message conversation (100,000 with
+   ``--quick``): flat;
+3. the peer: LangChain's ``PostgresChatMessageHistory`` (langchain-postgres) ``add_messages``
+   of one message, and reading a 50-message session, against ``add`` and ``get(last=50)``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import psycopg
+from _common import ratio_summary, verdict
+
+from otpmem.messages import Conv
+from otpmem.stores.postgres import PostgresStore
+
+WRITERS = 16
+PEER_GOAL = 2.0
+FLAT_GOAL = 1.5
+
+
+def message(i: int) -> dict[str, Any]:
+    """A ~160-character chat message."""
+    return {"role": "user" if i % 2 else "assistant", "content": f"{i:09d} " + "word " * 30}
+
+
+def threaded(n_threads: int, per_thread: int, work: Callable[[int, int], None]) -> float:
+    """Seconds for ``n_threads`` threads to each call ``work(thread, i)`` ``per_thread`` times."""
+    start = threading.Barrier(n_threads + 1)
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        start.wait()
+        try:
+            for i in range(per_thread):
+                work(t, i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n_threads)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - began
+
+
+def raw_adds(dsn: str, n_threads: int, per_thread: int) -> float:
+    """Adds per second of bare INSERT + commit of the same rows, one connection per thread."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS raw (c text, seq bigint, body bytea)")
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(n_threads)]
+    body = msgpack.packb(message(1))
+    try:
+        seconds = threaded(
+            n_threads,
+            per_thread,
+            lambda t, i: conns[t].execute(
+                "INSERT INTO raw VALUES (%s, %s, %s)", (f"c{t}", i, body)
+            ),
+        )
+    finally:
+        for conn in conns:
+            conn.close()
+    return n_threads * per_thread / seconds
+
+
+def store_adds(store: Any, n_threads: int, per_thread: int, tag: str) -> float:
+    """Adds per second of PostgresStore.add, one conversation per thread."""
+    batch = [message(1)]
+    seconds = threaded(
+        n_threads, per_thread, lambda t, i: store.add(Conv("bench", f"{tag}-{t}"), batch)
+    )
+    return n_threads * per_thread / seconds
+
+
+def fill(dsn: str, namespace: str, conv: Conv, n: int) -> None:
+    """Write n messages straight into the store's tables (COPY), and its row."""
+    packed = [msgpack.packb(message(i)) for i in range(1000)]
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        with cur.copy(
+            f"COPY {namespace}.messages (user_key, conversation_id, seq, body) FROM STDIN"
+        ) as copy:
+            for seq in range(n):
+                copy.write_row((conv.user_id, conv.conversation_id, seq, packed[seq % 1000]))
+        cur.execute(
+            f"INSERT INTO {namespace}.conversations (user_key, conversation_id, next_seq, count) "
+            "VALUES (%s, %s, %s, %s)",
+            (conv.user_id, conv.conversation_id, n, n),
+        )
+        conn.commit()
+        conn.execute(f"ANALYZE {namespace}.messages")
+
+
+def per_call(fn: Callable[[], Any], calls: int) -> float:
+    """Median seconds per call over 5 rounds."""
+    rounds = []
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - began) / calls)
+    return statistics.median(rounds)
+
+
+def peer_lines(dsn: str, store: Any, quick: bool) -> list[str]:
+    """LangChain's PostgresChatMessageHistory on the same server."""
+    try:
+        from langchain_core.messages import HumanMessage
+        from langchain_postgres import PostgresChatMessageHistory
+    except ImportError:
+        return ["langchain-postgres is not installed: pip install langchain-postgres"]
+    n = 100 if quick else 400
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        PostgresChatMessageHistory.create_tables(conn, "lc_history")
+        import uuid
+
+        history = PostgresChatMessageHistory("lc_history", str(uuid.uuid4()), sync_connection=conn)
+        text = message(1)["content"]
+        began = time.perf_counter()
+        for _ in range(n):
+            history.add_messages([HumanMessage(text)])
+        lc_add = n / (time.perf_counter() - began)
+        reader = PostgresChatMessageHistory("lc_history", str(uuid.uuid4()), sync_connection=conn)
+        reader.add_messages([HumanMessage(text) for _ in range(50)])
+        lc_read = per_call(lambda: reader.messages, 50)
+    conv = Conv("bench", "peer")
+    began = time.perf_counter()
+    for _ in range(n):
+        store.add(conv, [message(1)])
+    ours_add = n / (time.perf_counter() - began)
+    reading = Conv("bench", "peer-read")
+    store.add(reading, [message(i) for i in range(50)])
+    ours_read = per_call(lambda: store.get(reading, last=50), 50)
+    add_ratio, read_ratio = ours_add / lc_add, lc_read / ours_read
+    return [
+        f"durable add, 1 writer: PostgresStore {ours_add:,.0f}/s | langchain-postgres "
+        f"PostgresChatMessageHistory {lc_add:,.0f}/s | {add_ratio:.2f}x (goal >= {PEER_GOAL}) "
+        f"-> {verdict(add_ratio >= PEER_GOAL)}",
+        f"read 50: PostgresStore get(last=50) {ours_read * 1e6:,.0f} us | langchain-postgres "
+        f".messages {lc_read * 1e6:,.0f} us | {read_ratio:.2f}x (goal >= {PEER_GOAL}) -> "
+        f"{verdict(read_ratio >= PEER_GOAL)}",
+    ]
+
+
+def main(quick: bool) -> list[str]:
+    """Run the PostgreSQL benchmark on a throwaway embedded server."""
+    import pgserver
+
+    where = tempfile.mkdtemp(prefix="otpmem-bench-pg-")
+    server = pgserver.get_server(where, cleanup_mode="stop")
+    dsn = server.get_uri()
+    lines: list[str] = []
+    store = PostgresStore.start_link(dsn, namespace="bench", pool_size=WRITERS)
+    try:
+        per = 100 if quick else 300
+        single_raw = raw_adds(dsn, 1, per * 2)
+        single = store_adds(store, 1, per * 2, "one")
+        many_raw = raw_adds(dsn, WRITERS, per)
+        many = store_adds(store, WRITERS, per, "many")
+        lines.append(
+            f"PostgresStore durable add, 1 message, 1 writer: {single:,.0f}/s | raw psycopg "
+            f"INSERT+commit {single_raw:,.0f}/s | {single / single_raw:.2f}x"
+        )
+        lines.append(
+            f"PostgresStore durable add, 1 message, {WRITERS} writers: {many:,.0f}/s | raw "
+            f"psycopg {many_raw:,.0f}/s | {many / many_raw:.2f}x"
+        )
+        small, big = Conv("bench", "n1k"), Conv("bench", "nbig")
+        n_big = 100_000 if quick else 1_000_000
+        fill(dsn, "bench", small, 1_000)
+        fill(dsn, "bench", big, n_big)
+        t_small = per_call(lambda: store.get(small, last=50), 100)
+        t_big = per_call(lambda: store.get(big, last=50), 100)
+        flat = [t_big / t_small]
+        lines.append(
+            f"PostgresStore get(last=50): 1,000 messages {t_small * 1e6:,.0f} us | {n_big:,} "
+            f"{t_big * 1e6:,.0f} us | {ratio_summary(flat)} (goal <= {FLAT_GOAL}) -> "
+            f"{verdict(t_big / t_small <= FLAT_GOAL)}"
+        )
+        lines += peer_lines(dsn, store, quick)
+    finally:
+        store.stop()
+        server.cleanup()
+        shutil.rmtree(where, ignore_errors=True)
+    return lines
+
+
+if __name__ == "__main__":
+    import sys
+
+    for line in main("--quick" in sys.argv):
+        print(line)

@@ -1,0 +1,211 @@
+"""PostgresStore's reads, on the caller's thread with a pooled connection.
+
+Each read is one statement, so it sees one snapshot: a ``window`` never mixes a tail and a
+pinned index from two moments.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from psycopg import sql
+
+from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
+from ._base import StoredWindow, check_key, check_last
+from ._pg_schema import from_user_key, user_key
+from ._pg_writes import as_decimal
+from .longterm import (
+    Fact,
+    Profile,
+    Usage,
+    check_fact_key,
+    check_since,
+    check_user,
+    fact_from_list,
+)
+
+_SQL = {
+    "all": "SELECT body FROM {ns}.messages WHERE user_key = %s AND conversation_id = %s "
+    "ORDER BY seq",
+    "last": "SELECT body FROM (SELECT seq, body FROM {ns}.messages WHERE user_key = %s AND "
+    "conversation_id = %s ORDER BY seq DESC LIMIT %s) t ORDER BY seq",
+    "count": "SELECT count FROM {ns}.conversations WHERE user_key = %s AND conversation_id = %s",
+    "conversations": "SELECT user_key, conversation_id FROM {ns}.conversations WHERE count > 0 "
+    "ORDER BY user_key, conversation_id",
+    "user_conversations": "SELECT user_key, conversation_id FROM {ns}.conversations WHERE "
+    "user_key = %s AND count > 0 ORDER BY conversation_id",
+    "pinned": "SELECT seq, body FROM {ns}.messages WHERE user_key = %s AND conversation_id = %s "
+    "AND pinned ORDER BY seq",
+    "window": "WITH tail AS (SELECT seq, body, pinned FROM {ns}.messages WHERE user_key = %s AND "
+    "conversation_id = %s ORDER BY seq DESC LIMIT %s), "
+    "conv AS (SELECT count, pinned_count FROM {ns}.conversations WHERE user_key = %s AND "
+    "conversation_id = %s) "
+    "SELECT 't', seq, body FROM tail "
+    "UNION ALL SELECT 'p', seq, body FROM {ns}.messages WHERE user_key = %s AND "
+    "conversation_id = %s AND pinned AND seq < (SELECT coalesce(min(seq), "
+    "(SELECT count FROM conv)) FROM tail) "
+    "UNION ALL SELECT 'c', count, NULL FROM conv "
+    "UNION ALL SELECT 'n', pinned_count, NULL FROM conv",
+    "key_position": "SELECT position FROM {ns}.idempotency_keys WHERE user_key = %s AND "
+    "conversation_id = %s AND key = %s",
+    "fact": "SELECT record FROM {ns}.facts WHERE user_id = %s AND key = %s",
+    "facts": "SELECT record FROM {ns}.facts WHERE user_id = %s ORDER BY key",
+    "history": "SELECT record FROM {ns}.fact_history WHERE user_id = %s AND key = %s ORDER BY n",
+    "profile": "SELECT record FROM {ns}.profiles WHERE user_id = %s",
+    "usage": "SELECT prompt_tokens, completion_tokens, total_tokens, cost FROM "
+    "{ns}.conversations WHERE user_key = %s AND conversation_id = %s",
+    "user_usage": "SELECT prompt_tokens, completion_tokens, total_tokens, cost FROM "
+    "{ns}.user_usage WHERE user_key = %s",
+    "usage_since": "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), "
+    "coalesce(sum(total_tokens), 0), coalesce(sum(cost), 0) FROM {ns}.usage_log WHERE "
+    "user_key = %s AND at >= %s AND (%s::text IS NULL OR conversation_id = %s) AND at >= "
+    "coalesce((SELECT at FROM {ns}.cleared WHERE user_key = %s AND conversation_id = %s), 0)",
+    "cursor": "SELECT cursor_pos FROM {ns}.conversations WHERE user_key = %s AND "
+    "conversation_id = %s",
+    "jobs": "SELECT user_key, conversation_id, job_upto FROM {ns}.conversations WHERE job_upto "
+    "IS NOT NULL ORDER BY user_key, conversation_id",
+}
+
+
+def compose(namespace: str) -> dict[str, sql.Composed]:
+    """The read statements of one namespace."""
+    ns = sql.Identifier(namespace)
+    return {name: sql.SQL(text).format(ns=ns) for name, text in _SQL.items()}
+
+
+def _unpack(raw: bytes) -> dict[str, Any]:
+    message: dict[str, Any] = msgpack.unpackb(raw, raw=False)
+    return message
+
+
+def _usage(row: Any) -> Usage:
+    if row is None:
+        return Usage()
+    return Usage(int(row[0]), int(row[1]), int(row[2]), as_decimal(row[3]).normalize())
+
+
+class PostgresReads:
+    """The reads of a PostgresStore handle (the ``ChatMemory`` and ``LongTermStore`` ones)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _reading(self) -> AbstractContextManager[tuple[Any, dict[str, sql.Composed]]]: ...
+
+    def _rows(self, name: str, args: tuple[Any, ...]) -> list[Any]:
+        with self._reading() as (conn, q):
+            return list(conn.execute(q[name], args).fetchall())
+
+    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
+        """The conversation oldest first, or its newest ``last`` (an index range scan)."""
+        key = as_conv(conv)
+        last = check_last(last)
+        where = (user_key(key.user_id), key.conversation_id)
+        if last == 0:
+            return []
+        rows = self._rows("all", where) if last is None else self._rows("last", (*where, last))
+        return [_unpack(r[0]) for r in rows]
+
+    def count(self, conv: ConvLike) -> int:
+        """How many messages the conversation holds."""
+        key = as_conv(conv)
+        rows = self._rows("count", (user_key(key.user_id), key.conversation_id))
+        return int(rows[0][0]) if rows else 0
+
+    def conversations(self, user_id: str | None = None) -> list[Conv]:
+        """The conversations held: all of them, or one user's."""
+        check_user_id(user_id)
+        rows = (
+            self._rows("conversations", ())
+            if user_id is None
+            else self._rows("user_conversations", (user_id,))
+        )
+        return [Conv(from_user_key(u), c) for u, c in rows]
+
+    def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
+        """The pinned index, oldest first."""
+        key = as_conv(conv)
+        rows = self._rows("pinned", (user_key(key.user_id), key.conversation_id))
+        return [(int(seq), _unpack(body)) for seq, body in rows]
+
+    def window(self, conv: ConvLike, last: int) -> StoredWindow:
+        """The newest ``last`` messages and the pinned ones before them, in one statement."""
+        key = as_conv(conv)
+        if check_last(last) is None:
+            raise ValueError("window needs last: an int >= 0")
+        where = (user_key(key.user_id), key.conversation_id)
+        rows = self._rows("window", (*where, last, *where, *where))
+        tail = sorted((int(s), _unpack(b)) for kind, s, b in rows if kind == "t")
+        before = sorted((int(s), _unpack(b)) for kind, s, b in rows if kind == "p")
+        total = next((int(s) for kind, s, _ in rows if kind == "c"), 0)
+        pinned_count = next((int(s) for kind, s, _ in rows if kind == "n"), 0)
+        messages = [m for _, m in tail]
+        start = total - len(messages)
+        pinned_before = pinned_count - sum(1 for m in messages if is_pinned(m))
+        return StoredWindow(before, messages, start, total, pinned_before)
+
+    def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
+        """Where the batch stored with ``idempotency_key`` begins, or None."""
+        key = as_conv(conv)
+        if check_key(idempotency_key) is None:
+            raise ValueError("key_position needs an idempotency_key")
+        rows = self._rows(
+            "key_position", (user_key(key.user_id), key.conversation_id, idempotency_key)
+        )
+        return int(rows[0][0]) if rows else None
+
+    def get_fact(self, user_id: str, key: str) -> Fact | None:
+        """The fact, or None."""
+        rows = self._rows("fact", (check_user(user_id), check_fact_key(key)))
+        return fact_from_list(msgpack.unpackb(rows[0][0])) if rows else None
+
+    def get_facts(self, user_id: str) -> list[Fact]:
+        """Every fact of the user, by key."""
+        rows = self._rows("facts", (check_user(user_id),))
+        return [fact_from_list(msgpack.unpackb(r[0])) for r in rows]
+
+    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+        """The values superseded or deleted, oldest first."""
+        rows = self._rows("history", (check_user(user_id), check_fact_key(key)))
+        return [fact_from_list(msgpack.unpackb(r[0])) for r in rows]
+
+    def get_profile(self, user_id: str) -> Profile | None:
+        """The profile, or None."""
+        rows = self._rows("profile", (check_user(user_id),))
+        if not rows:
+            return None
+        summary, metadata, updated_at = msgpack.unpackb(rows[0][0])
+        return Profile(user_id, summary, metadata, updated_at)
+
+    def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
+        """The conversation's recorded usage (one row; ``since``: a window of its log)."""
+        key = as_conv(conv)
+        since = check_since(since)
+        user, conv_id = user_key(key.user_id), key.conversation_id
+        if since is None:
+            rows = self._rows("usage", (user, conv_id))
+            return _usage(rows[0] if rows else None)
+        rows = self._rows("usage_since", (user, since, conv_id, conv_id, user, conv_id))
+        return _usage(rows[0])
+
+    def user_usage(self, user_id: str, since: float | None = None) -> Usage:
+        """The user's recorded usage across conversations, cleared ones included."""
+        user = check_user(user_id)
+        since = check_since(since)
+        if since is None:
+            rows = self._rows("user_usage", (user,))
+            return _usage(rows[0] if rows else None)
+        return _usage(self._rows("usage_since", (user, since, None, None, user, ""))[0])
+
+    def extraction_cursor(self, conv: ConvLike) -> int:
+        """How many of the conversation's messages extraction has processed."""
+        key = as_conv(conv)
+        rows = self._rows("cursor", (user_key(key.user_id), key.conversation_id))
+        return int(rows[0][0]) if rows else 0
+
+    def pending_extractions(self) -> list[tuple[Conv, int]]:
+        """The extractions asked for and not yet done."""
+        return [(Conv(from_user_key(u), c), int(n)) for u, c, n in self._rows("jobs", ())]

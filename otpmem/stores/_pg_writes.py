@@ -1,0 +1,203 @@
+"""PostgresStore's writes: each one transaction, every batch whole, per conversation in turn.
+
+Every write to a conversation first locks its ``conversations`` row (``FOR UPDATE``), so
+writers on any number of nodes take turns on it: sequence numbers are assigned under the
+lock (no gaps, no interleaving), an idempotency key is checked and recorded under it (a
+batch retried on another node is still stored once), and the pinned index, the usage sums
+and the counters change in the same transaction as the messages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+import msgpack
+from psycopg import sql
+from psycopg.errors import RaiseException
+
+from ..messages import Conv, FrozenDict, is_pinned, is_summary
+from ._base import KEYS_KEPT, ConversationCleared
+from ._pg_schema import user_key
+from .longterm import Fact, Profile, Usage, fact_as_list, fact_from_list, plan_facts, usage_of
+
+_SQL = {
+    "append": "SELECT {ns}.append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "ensure_conv": "INSERT INTO {ns}.conversations (user_key, conversation_id) VALUES (%s, %s) "
+    "ON CONFLICT DO NOTHING",
+    "lock_conv": "SELECT next_seq, pinned_count, summary_seq, key_ordinal FROM {ns}.conversations "
+    "WHERE user_key = %s AND conversation_id = %s FOR UPDATE",
+    "lock_existing": "SELECT 1 FROM {ns}.conversations WHERE user_key = %s AND "
+    "conversation_id = %s FOR UPDATE",
+    "delete_messages": "DELETE FROM {ns}.messages WHERE user_key = %s AND conversation_id = %s",
+    "delete_keys": "DELETE FROM {ns}.idempotency_keys WHERE user_key = %s AND conversation_id = %s",
+    "delete_conv": "DELETE FROM {ns}.conversations WHERE user_key = %s AND conversation_id = %s",
+    "mark_cleared": "INSERT INTO {ns}.cleared VALUES (%s, %s, %s) ON CONFLICT "
+    "(user_key, conversation_id) DO UPDATE SET at = excluded.at",
+    "lock_user": "SELECT pg_advisory_xact_lock(hashtext(%s))",
+    "facts_of": "SELECT record FROM {ns}.facts WHERE user_id = %s",
+    "put_fact": "INSERT INTO {ns}.facts VALUES (%s, %s, %s) ON CONFLICT (user_id, key) "
+    "DO UPDATE SET record = excluded.record",
+    "delete_fact": "DELETE FROM {ns}.facts WHERE user_id = %s AND key = %s",
+    "history": "INSERT INTO {ns}.fact_history (user_id, key, record) VALUES (%s, %s, %s)",
+    "set_cursor": "UPDATE {ns}.conversations SET cursor_pos = %s, job_upto = CASE WHEN "
+    "job_upto <= %s THEN NULL ELSE job_upto END WHERE user_key = %s AND conversation_id = %s",
+    "put_profile": "INSERT INTO {ns}.profiles VALUES (%s, %s) ON CONFLICT (user_id) "
+    "DO UPDATE SET record = excluded.record",
+    "delete_profile": "DELETE FROM {ns}.profiles WHERE user_id = %s",
+    "request_job": "UPDATE {ns}.conversations SET job_upto = %s WHERE user_key = %s AND "
+    "conversation_id = %s AND %s > cursor_pos AND (job_upto IS NULL OR job_upto < %s)",
+}
+_FORGET = (
+    "messages",
+    "idempotency_keys",
+    "conversations",
+    "user_usage",
+    "usage_log",
+    "cleared",
+)
+
+
+class Writes:
+    """The write transactions of one namespace, composed once."""
+
+    def __init__(self, namespace: str) -> None:
+        ns = sql.Identifier(namespace)
+        self.q = {name: sql.SQL(text).format(ns=ns) for name, text in _SQL.items()}
+        self.forget = [
+            sql.SQL("DELETE FROM {ns}.{table} WHERE user_key = %s").format(
+                ns=ns, table=sql.Identifier(table)
+            )
+            for table in _FORGET
+        ] + [
+            sql.SQL("DELETE FROM {ns}.{table} WHERE user_id = %s").format(
+                ns=ns, table=sql.Identifier(table)
+            )
+            for table in ("facts", "fact_history", "profiles")
+        ]
+
+    def _lock(self, cur: Any, conv: Conv) -> tuple[int, int, int, int]:
+        where = (user_key(conv.user_id), conv.conversation_id)
+        cur.execute(self.q["ensure_conv"], where)
+        cur.execute(self.q["lock_conv"], where)
+        row = cur.fetchone()
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+    def append(
+        self,
+        cur: Any,
+        conv: Conv,
+        batch: Sequence[FrozenDict],
+        key: str | None = None,
+        follows: str | None = None,
+    ) -> None:
+        """Append one batch in the caller's transaction: one call of the schema's
+        ``append`` function (the row lock, the key, the rows, the index and the sums)."""
+        if not batch:
+            return
+        bodies: list[bytes] = []
+        pins: list[bool] = []
+        usage = Usage()
+        summary_at = -1
+        for i, message in enumerate(batch):
+            bodies.append(msgpack.packb(message, use_bin_type=True))
+            pinned = is_pinned(message)
+            if pinned and is_summary(message):
+                if summary_at >= 0:
+                    pins[summary_at] = False  # an earlier summary of this very batch
+                summary_at = i
+            pins.append(pinned)
+            found = usage_of(message)
+            if found is not None:
+                usage = usage + found
+        try:
+            cur.execute(
+                self.q["append"],
+                (
+                    user_key(conv.user_id),
+                    conv.conversation_id,
+                    bodies,
+                    pins,
+                    summary_at,
+                    sum(1 for m in batch if is_pinned(m)),
+                    key,
+                    follows,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.total_tokens,
+                    usage.cost,
+                    time.time(),
+                    KEYS_KEPT,
+                ),
+            )
+        except RaiseException as exc:
+            raise ConversationCleared(
+                f"conversation {conv} no longer holds the batch {follows!r} this write "
+                "follows: it was cleared since; nothing was stored"
+            ) from exc
+
+    def clear(self, cur: Any, conv: Conv) -> None:
+        """Delete one conversation (its user's usage sums stay; its windows restart)."""
+        where = (user_key(conv.user_id), conv.conversation_id)
+        cur.execute(self.q["lock_existing"], where)
+        for name in ("delete_messages", "delete_keys", "delete_conv"):
+            cur.execute(self.q[name], where)
+        cur.execute(self.q["mark_cleared"], (*where, time.time()))
+
+    def forget_user(self, cur: Any, user_id: str) -> None:
+        """Delete everything of one user."""
+        cur.execute(self.q["lock_user"], (f"otpmem.facts.{user_id}",))
+        for statement in self.forget:
+            cur.execute(statement, (user_id,))
+
+    def save_facts(
+        self,
+        cur: Any,
+        user_id: str,
+        facts: Sequence[Fact],
+        deletes: Sequence[str],
+        cursor: tuple[Conv, int] | None,
+        max_facts: int,
+        evict: bool,
+    ) -> tuple[list[Fact], list[str]]:
+        """One user's facts, their history and a cursor, in the caller's transaction."""
+        cur.execute(self.q["lock_user"], (f"otpmem.facts.{user_id}",))
+        cur.execute(self.q["facts_of"], (user_id,))
+        current = {f.key: f for f in (fact_from_list(msgpack.unpackb(r[0])) for r in cur)}
+        plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict)
+        for old in plan.superseded:
+            cur.execute(self.q["history"], (user_id, old.key, msgpack.packb(fact_as_list(old))))
+        for key in plan.removed:
+            cur.execute(self.q["delete_fact"], (user_id, key))
+        for fact in plan.put.values():
+            cur.execute(self.q["put_fact"], (user_id, fact.key, msgpack.packb(fact_as_list(fact))))
+        if cursor is not None:
+            conv, position = cursor
+            self._lock(cur, conv)
+            where = (user_key(conv.user_id), conv.conversation_id)
+            cur.execute(self.q["set_cursor"], (position, position, *where))
+        return plan.saved, plan.removed
+
+    def save_profile(self, cur: Any, profile: Profile) -> Profile:
+        """Replace a profile."""
+        record = msgpack.packb([profile.summary, dict(profile.metadata), profile.updated_at])
+        cur.execute(self.q["put_profile"], (profile.user_id, record))
+        return profile
+
+    def delete_profile(self, cur: Any, user_id: str) -> bool:
+        """Delete a profile; whether there was one."""
+        cur.execute(self.q["delete_profile"], (user_id,))
+        return bool(cur.rowcount)
+
+    def request_extraction(self, cur: Any, conv: Conv, upto: int) -> None:
+        """Record a pending extraction, unless the cursor is already there."""
+        self._lock(cur, conv)
+        where = (user_key(conv.user_id), conv.conversation_id)
+        cur.execute(self.q["request_job"], (upto, *where, upto, upto))
+
+
+def as_decimal(value: Any) -> Decimal:
+    """A numeric column as a Decimal."""
+    return value if isinstance(value, Decimal) else Decimal(str(value))

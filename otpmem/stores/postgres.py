@@ -1,0 +1,283 @@
+"""PostgresStore: conversations in PostgreSQL, shared by every otpmem node that opens it.
+
+The server owns a connection pool. Writes and reads run on the caller's thread with a
+pooled connection (in the blocking pool when the caller is a process, so no scheduler
+thread waits on the network): PostgreSQL, not a mailbox, orders them. Each write is one
+transaction that locks its conversation's row first, so writers on any number of nodes
+take turns per conversation (see ``_pg_writes``); it returns once it committed. Reads are
+one statement each. A connection lost in
+the middle of a write answers the caller with a retryable ``StoreUnavailable`` and crashes
+the store, so its supervisor restarts it with a fresh pool; nothing acknowledged is lost
+(it was committed), and a batch retried with its idempotency key is stored once.
+
+    store = PostgresStore.start_link("postgresql://app@db/otpmem")   # or no DSN: embedded
+    store.add(Conv("ann", "c1"), [{"role": "user", "content": "hi"}])
+
+Needs ``pip install 'otpmem[postgres]'`` (psycopg 3, psycopg_pool, and pgserver for the
+embedded server).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..actors import (
+    GenServer,
+    Handle,
+    NoProcess,
+    blocking,
+    on_exit,
+)
+from ..actors.faults import FaultPlan
+from ..messages import InvalidMessage, short_repr
+from ..supervisors import ChildSpec, SupervisorEvent
+from ._base import (
+    STORE_INTENSITY,
+    STORE_PERIOD,
+    ConversationCleared,
+    StoreUnavailable,
+)
+from ._client import StoreClient, parse_request
+from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from ._pg_reads import PostgresReads, compose
+from ._pg_schema import check_namespace, ensure_schema
+from ._pg_writes import Writes
+from ._supervised import spawn_store, supervised_store
+from .longterm import FactLimitReached
+
+logger = logging.getLogger("otpmem.stores")
+
+READY_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+_CALLER_ERRORS = (InvalidMessage, ValueError, TypeError, ConversationCleared, FactLimitReached)
+WRITES = frozenset({"add", "import", "clear", "forget_user", *LONGTERM_KINDS})
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:  # the extra is not installed
+        raise StoreUnavailable(
+            "PostgresStore needs psycopg: pip install 'otpmem[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+def redact(dsn: str) -> str:
+    """A DSN fit for an error message: any password replaced."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+
+
+def embedded_dsn(data_dir: str | os.PathLike[str] | None) -> str:
+    """Start (or join) a PostgreSQL server of our own under ``data_dir`` (pgserver)."""
+    try:
+        import pgserver
+    except ImportError as exc:
+        raise StoreUnavailable(
+            "no DSN was given and the embedded PostgreSQL is not installed: "
+            "pip install 'otpmem[postgres]', or pass a DSN"
+        ) from exc
+    where = os.fspath(data_dir) if data_dir is not None else tempfile.mkdtemp(prefix="otpmem-pg-")
+    server = pgserver.get_server(where, cleanup_mode="stop")  # type: ignore[attr-defined]
+    uri: str = server.get_uri()
+    return uri
+
+
+class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``) face of a PostgresStore."""
+
+    __slots__ = ()
+
+    def _server(self) -> Any:
+        process = self.resolve()
+        if not process.wait_ready(READY_TIMEOUT):
+            raise NoProcess(self._target())
+        return process.server
+
+    def call(self, message: Any, timeout: float | None = 5.0) -> Any:
+        """A store request runs here, on this thread, as one transaction; anything else is
+        a call to the server."""
+        if isinstance(message, tuple) and message and message[0] in WRITES:
+            server = self._server()
+            return blocking(server.perform, message, self._target())
+        return super().call(message, timeout)
+
+    @contextmanager
+    def _reading(self) -> Iterator[tuple[Any, Any]]:
+        server = self._server()
+        psycopg, pool_module = _psycopg()
+        try:
+            with server.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
+                yield conn, server.reads
+        except (psycopg.OperationalError, pool_module.PoolTimeout) as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL is unreachable ({type(exc).__name__}: {exc}); try again"
+            ) from exc
+        except pool_module.PoolClosed:
+            raise NoProcess(self._target()) from None
+
+
+class PostgresStore(GenServer):
+    """Conversations, long-term records and usage in a PostgreSQL schema (``namespace``)."""
+
+    caller_errors = (*_CALLER_ERRORS, StoreUnavailable)
+    handle_class = PostgresStoreHandle
+
+    @classmethod
+    def start_link(  # type: ignore[override]
+        cls,
+        dsn: str | None = None,
+        *,
+        namespace: str = "otpmem",
+        name: str | None = None,
+        pool_size: int = 8,
+        data_dir: str | os.PathLike[str] | None = None,
+        faults: FaultPlan | None = None,
+        start_timeout: float | None = 60.0,
+    ) -> PostgresStoreHandle:
+        """Connect to ``dsn`` (none: an embedded server under ``data_dir``), create or check
+        the schema ``namespace``, and start the store linked to the caller.
+
+        Raises ``StoreUnavailable`` naming the server if it cannot be reached, or if its
+        schema is newer than this otpmem.
+        """
+        check_namespace(namespace)
+        if dsn is not None and not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str or None, got {short_repr(dsn)}")
+        if type(pool_size) is not int or pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {short_repr(pool_size)}")
+        handle = spawn_store(
+            cls, (dsn, namespace, pool_size, data_dir), name, faults, start_timeout
+        )
+        assert isinstance(handle, PostgresStoreHandle)
+        return handle
+
+    @classmethod
+    def child_spec(
+        cls,
+        dsn: str | None,
+        name: str,
+        child_id: str | None = None,
+        *,
+        namespace: str = "otpmem",
+        pool_size: int = 8,
+        data_dir: str | os.PathLike[str] | None = None,
+        intensity: int = STORE_INTENSITY,
+        period: float = STORE_PERIOD,
+        listeners: Iterable[Callable[[SupervisorEvent], None]] = (),
+    ) -> ChildSpec:
+        """A store named ``name`` under its own supervisor (child ``"store"``), as
+        ``LevelDBStore.child_spec``: a lost connection restarts it with a fresh pool."""
+        check_namespace(namespace)
+
+        def start_store() -> Handle:
+            return cls.start_link(
+                dsn, namespace=namespace, name=name, pool_size=pool_size, data_dir=data_dir
+            )
+
+        return supervised_store(child_id or name, start_store, intensity, period, listeners)
+
+    def init(
+        self,
+        dsn: str | None,
+        namespace: str,
+        pool_size: int,
+        data_dir: str | os.PathLike[str] | None,
+    ) -> None:
+        psycopg, pool_module = _psycopg()
+        self._psycopg_errors = (psycopg.OperationalError, pool_module.PoolTimeout)
+        if dsn is None:
+            dsn = blocking(embedded_dsn, data_dir)
+        self.dsn = dsn
+        self.pool = pool_module.ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,  # callers beyond it wait for a connection (CONNECT_TIMEOUT)
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"otpmem-{namespace}",
+        )
+        try:
+            blocking(self.pool.open, True, CONNECT_TIMEOUT)
+            with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
+                blocking(ensure_schema, conn, namespace)
+        except self._psycopg_errors as exc:
+            self.pool.close()
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {redact(dsn)}: {exc}; is the server running?"
+            ) from exc
+        except BaseException:
+            self.pool.close()
+            raise
+        self.namespace = namespace
+        self.writes = Writes(namespace)
+        self.reads = compose(namespace)
+        self._pool_closed = pool_module.PoolClosed
+        on_exit(self.pool.close)
+
+    def handle_info(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message and message[0] == "connection_lost":
+            raise StoreUnavailable(f"lost PostgreSQL at {redact(self.dsn)}: {message[1]}")
+        return super().handle_info(message)
+
+    def handle_call(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message and message[0] in WRITES:
+            return blocking(self.perform, message, self.handle)
+        raise ValueError(f"PostgresStore does not understand {short_repr(message)}")
+
+    def perform(self, message: tuple[Any, ...], owner: object) -> Any:
+        """Run one store request as one transaction, on the calling thread."""
+        work, args = self._work(message)
+        try:
+            with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
+                if work == self.writes.append:
+                    # One statement in autocommit is one transaction: one round trip.
+                    return work(cur, *args)
+                with conn.transaction():
+                    return work(cur, *args)
+        except _CALLER_ERRORS:
+            raise
+        except self._pool_closed:
+            raise NoProcess(owner) from None
+        except self._psycopg_errors as exc:
+            self.handle.send(("connection_lost", exc))
+            raise StoreUnavailable(
+                f"lost PostgreSQL at {redact(self.dsn)} during a write ({exc}); it may not "
+                "have been stored: try again (with its idempotency key, to store it once)"
+            ) from exc
+
+    def _work(self, message: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        if message[0] in LONGTERM_KINDS:
+            kind, arg = parse_longterm(message, "PostgresStore")
+            work: dict[str, Callable[..., Any]] = {
+                "save_facts": self.writes.save_facts,
+                "save_profile": self.writes.save_profile,
+                "delete_profile": self.writes.delete_profile,
+                "request_extraction": self.writes.request_extraction,
+            }
+            return work[kind], arg if isinstance(arg, tuple) else (arg,)
+        kind, arg = parse_request(message, "PostgresStore")
+        if kind == "add":
+            return self.writes.append, arg
+        if kind == "import":
+            return self._import, (arg,)
+        if kind == "clear":
+            return self.writes.clear, (arg,)
+        return self.writes.forget_user, (arg,)
+
+    def _import(self, cur: Any, entries: list[Any]) -> None:
+        # Lock every conversation first, in one order: two imports never deadlock.
+        for conv in sorted({c for c, _, _ in entries}, key=lambda c: (c.user_id or "", c[1])):
+            self.writes._lock(cur, conv)
+        for conv, batch, key in entries:
+            self.writes.append(cur, conv, batch, key)
+
+
+__all__ = ["PostgresStore", "PostgresStoreHandle", "embedded_dsn"]
