@@ -39,7 +39,7 @@ from ._sim_report import report_lines, verdict_lines
 from ._sim_timeline import Timeline
 from .actors import CallTimeout, NoProcess, ServerExited, faults
 from .actors.faults import FaultPlan
-from .agents import AgentHandle, TurnFailed
+from .agents import AgentHandle, Callbacks, TurnFailed
 from .app import AGENTS_NAME, start, start_agent
 from .llm import ChatModel, ScriptedModel
 from .messages import Conv
@@ -143,6 +143,7 @@ class Simulation:
     on_retry: Callable[[str], None] | None = None
     model_info: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
     model_failure_budget: int = MODEL_FAILURE_BUDGET
+    callbacks: Callbacks | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -207,6 +208,7 @@ class Simulation:
                         tools=[add],
                         name=_agent_name(i),
                         system_prompt=f"You are agent {i} of a simulation.",
+                        callbacks=self.callbacks,
                     )
                 if self.on_started is not None:
                     self.on_started(len(done), self.agents * self.turns)
