@@ -31,7 +31,9 @@ def test_the_tree_lives_exactly_as_long_as_the_app(tmp_path: Path) -> None:
     assert whereis(APP_NAME) is None  # importing and creating the app starts nothing
     with TestClient(app) as client:
         assert whereis(APP_NAME) is not None
-        assert client.get("/health").json() == {"tree": {"default_store": True, "agents": True}}
+        tree = client.get("/health").json()["tree"]
+        # Every child of the application's root is up (main's tree may grow more of them).
+        assert {"default_store", "agents"} <= set(tree) and all(tree.values())
     assert whereis(APP_NAME) is None
 
 
