@@ -39,7 +39,7 @@ from ._sim_report import report_lines, verdict_lines
 from ._sim_timeline import Timeline
 from .actors import CallTimeout, NoProcess, ServerExited, faults
 from .actors.faults import FaultPlan
-from .agents import AgentHandle, TurnFailed
+from .agents import AgentHandle, Callbacks, TurnFailed
 from .app import AGENTS_NAME, start, start_agent
 from .guardrails import PolicyViolation, TokenBudget
 from .llm import ChatModel, ScriptedModel
@@ -147,6 +147,7 @@ class Simulation:
     model_info: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
     model_failure_budget: int = MODEL_FAILURE_BUDGET
     budget_tokens: int | None = None
+    callbacks: Callbacks | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -214,6 +215,7 @@ class Simulation:
                         name=_agent_name(i),
                         system_prompt=f"You are agent {i} of a simulation.",
                         guardrails=self._guardrails(),
+                        callbacks=self.callbacks,
                     )
                 if self.on_started is not None:
                     self.on_started(len(done), self.agents * self.turns)

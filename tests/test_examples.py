@@ -59,6 +59,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
             "agents_demo.py",
             [r"agent 3: 10 turns acknowledged", r"next answer: The sum is 42\."],
         ),
+        ("fastapi_app.py", [r"OK: the retried turn was stored once"]),
         (
             "multi_agent_simulation.py",
             [r"lost: 0, orphaned tool results: 0", r"OK: every acknowledged message was read back"],

@@ -184,6 +184,18 @@ def print_report(report: SimulationReport, as_json: bool) -> None:
     help="A TokenBudget per conversation: an agent whose conversation has spent N tokens is "
     "refused its next model call, and stops.  [default: no budget]",
 )
+@click.option(
+    "--observe",
+    "observe_port",
+    type=click.IntRange(0, 65535),
+    is_flag=False,
+    flag_value=0,
+    default=None,
+    metavar="[PORT]",
+    help="Serve the observer's live page of the run on 127.0.0.1:PORT (a free port if none "
+    "is given; its address is printed).  [default: off]",
+)
+@click.option("--live", is_flag=True, help="Draw the observer's live view on stderr (Rich).")
 @guarded
 def simulate(
     agents: int,
@@ -201,6 +213,8 @@ def simulate(
     report_path: Path | None,
     kill_self_after: int | None,
     budget_tokens: int | None,
+    observe_port: int | None,
+    live: bool,
 ) -> int:
     """Run supervised agents under chaos, then audit every acknowledged message.
 
@@ -245,7 +259,9 @@ def simulate(
     if data is None:
         data = Path(tempfile.mkdtemp(prefix="otpmem-sim-"))
         hint(f"running in a new temporary directory: {data}")
-    progress = make_progress(not no_progress and not as_json, time.monotonic())
+    from ..observe._cli import observing  # here: the other commands never load the observer
+
+    progress = make_progress(not no_progress and not as_json and not live, time.monotonic())
     simulation = Simulation(
         agents=flags["agents"],
         turns=flags["turns"],
@@ -263,7 +279,8 @@ def simulate(
         budget_tokens=budget_tokens,
     )
     try:
-        with stopping_on_ctrl_c(simulation):
+        with observing(observe_port, live, hint) as callbacks, stopping_on_ctrl_c(simulation):
+            simulation.callbacks = callbacks  # the agents' turns feed the observer's figures
             report = simulation.run()
     except ModelFailed as exc:
         what = "refused a turn" if not exc.error.retryable else "cannot be reached"
