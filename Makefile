@@ -36,7 +36,8 @@ demo: $(STAMP)
 # service fed two requests on stdin (end of input stops it), the SIGKILL-and-recover pair,
 # and the fault-injection suite under pytest.
 EXAMPLES := supervision_demo store_recovery_demo memory_policy_demo agents_demo \
-            multi_agent_simulation recall_demo shared_postgres
+            multi_agent_simulation recall_demo shared_postgres long_term_memory_demo \
+            fastapi_app
 examples: $(STAMP)
 	@set -e; root=$$(pwd); dir=$$(mktemp -d -t otpmem-examples-XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
 	cd "$$dir"; \

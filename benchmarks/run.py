@@ -31,6 +31,7 @@ MODULES: list[str] = [
     "scale",
     "recall",
     "postgres",
+    "longterm",
     "nodes",
 ]
 """Benchmark modules in run order: ``<name>`` is ``benchmarks/bench_<name>.py``."""

@@ -12,8 +12,7 @@ from typing import Any
 from otpmem.actors import faults
 from otpmem.agents import Agent
 from otpmem.llm import ScriptedModel
-from otpmem.memory.facade import memory
-from otpmem.memory.recall import HybridProvider, RecallIndex
+from otpmem.memory import HybridProvider, RecallIndex, memory
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore
 from otpmem.supervisors import Supervisor
@@ -43,6 +42,12 @@ def main() -> None:
             print(f"  {hit.score:.3f}  {hit.conv} #{hit.position}: {hit.message['content']}")
         bobs = index.get_relevant("allergic", user_id="bob")
         print("  bob's query sees only bob:", [h.message["content"] for h in bobs])
+
+        print("== store.search is a ranked query of the index while one is attached")
+        for found in store.search("allergies", user_id="ann", limit=2):
+            print(f"  BM25 {found.score:.2f}  #{found.index}: {found.message['content']}")
+        talk = store.search("talk 2", user_id="ann", mode="substring")
+        print("  substring 'talk 2':", [h.message["content"] for h in talk][:3])
 
         print("== the index is killed; its supervisor restarts it; nothing is missed")
         faults.kill(index)

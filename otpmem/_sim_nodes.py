@@ -124,6 +124,10 @@ class ClusterSimulation(Simulation):
         super().__post_init__()
         if self.nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {self.nodes}")
+        if self.budget_tokens is not None or self.callbacks is not None:
+            # The agents run in the node processes: a budget or an observer here would see
+            # none of them. Refused, not ignored.
+            raise ValueError("budget_tokens and callbacks are not built for many nodes yet")
         if self.namespace is None:
             self.namespace = (
                 EMBEDDED_NAMESPACE if self.dsn is None else f"otpmem_sim_{uuid.uuid4().hex[:10]}"

@@ -59,6 +59,11 @@ def report_lines(report: SimulationReport) -> list[str]:
         f" ({plural(report.turns_this_run, 'turn')} of this run over"
         f" {seconds(report.seconds)} s of wall time)",
     ]
+    if report.stopped_by_budget:
+        lines.append(
+            f"budget stops:      {plural(report.stopped_by_budget, 'agent')} stopped by"
+            f" --budget-tokens ({plural(report.turns_over_budget, 'later turn')} not run)"
+        )
     lines += [f"  lost: {example}" for example in report.lost_examples]
     return lines
 

@@ -6,9 +6,12 @@
     ├── default_store   the store's supervisor (STORE_INTENSITY in STORE_PERIOD s) over a
     │                   TableKeeper + MemoryStore pair, a LevelDBStore under data_dir, or
     │                   a PostgresStore (store="postgres": a DSN, or embedded under data_dir)
+    ├── recall_index    a RecallIndex over the default store, by name: default_store().search
+    │                   is ranked, memory={"recall": True} shares it; it pulls on a query,
+    │                   so a write pays nothing for it
     └── agents          simple_one_for_one: agents started with otpmem.start_agent()
 
-Shutdown goes newest first: agents stop before the store they write to.
+Shutdown goes newest first: agents stop before the index and the store they use.
 
 The intensities are two budgets in series. The store's supervisor absorbs a burst of store
 crashes; when it gives up (no data lost: the table goes up to the root and comes back down),
@@ -28,6 +31,7 @@ from typing import Any
 
 from .actors import whereis
 from .agents import Agent, AgentHandle
+from .memory.recall import default as recall
 from .messages import short_repr
 from .stores import (
     DEFAULT_STORE_NAME,
@@ -197,10 +201,16 @@ def start(
             ),
             type="supervisor",
         )
-        set_supervised(_handle_class(kind))
+        handle_class = _handle_class(kind)
+        set_supervised(handle_class)
+        recall.set_supervised(True)
         try:
             root = Supervisor.start(
-                [spec, agents],
+                [
+                    spec,
+                    recall.default_index_spec(handle_class),
+                    agents,
+                ],
                 strategy="one_for_one",
                 intensity=intensity,
                 period=period,
@@ -209,6 +219,7 @@ def start(
             )
         except BaseException:
             set_supervised(None)
+            recall.set_supervised(False)
             raise
         root.subscribe(_forget_supervision)
         if carried is not None and carried["conversations"]:
@@ -220,10 +231,11 @@ def _forget_supervision(event: SupervisorEvent) -> None:
     # The root stops for good (asked to, or past its intensity): no more restarts to wait.
     if event.kind == "shutdown":
         set_supervised(None)
+        recall.set_supervised(False)
 
 
 def stop(timeout: float | None = 60.0) -> None:
-    """Stop the application: agents first, then the store."""
+    """Stop the application: agents first, then the index, then the store."""
     root = whereis(APP_NAME)
     if root is None:
         raise AppError("otpmem is not running")

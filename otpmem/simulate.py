@@ -39,8 +39,9 @@ from ._sim_report import report_lines, verdict_lines
 from ._sim_timeline import Timeline
 from .actors import CallTimeout, NoProcess, ServerExited, faults
 from .actors.faults import FaultPlan
-from .agents import AgentHandle, TurnFailed
+from .agents import AgentHandle, Callbacks, TurnFailed
 from .app import AGENTS_NAME, start, start_agent
+from .guardrails import PolicyViolation, TokenBudget
 from .llm import ChatModel, ScriptedModel
 from .messages import Conv
 from .stores import default_store
@@ -80,6 +81,8 @@ class SimulationReport:
     data_dir: str = ""
     retries: int = 0
     interrupted: bool = False
+    stopped_by_budget: int = 0
+    turns_over_budget: int = 0
     nodes: int = 1
     store: str = "leveldb"
     continued: int = 0
@@ -87,8 +90,8 @@ class SimulationReport:
 
     @property
     def complete(self) -> bool:
-        """True when every planned turn was done."""
-        return self.turns_done == self.turns_planned
+        """True when every planned turn was done (or not run: its agent's budget was spent)."""
+        return self.turns_done + self.turns_over_budget == self.turns_planned
 
     @property
     def ok(self) -> bool:
@@ -147,6 +150,8 @@ class Simulation:
     on_retry: Callable[[str], None] | None = None
     model_info: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
     model_failure_budget: int = MODEL_FAILURE_BUDGET
+    budget_tokens: int | None = None
+    callbacks: Callbacks | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -167,6 +172,8 @@ class Simulation:
         self._interrupted = False
         self._fatal: ModelFailed | None = None
         self.timeline = Timeline()
+        self._over_budget: set[int] = set()
+        self._turns_over_budget = 0
 
     @property
     def params(self) -> RunParams:
@@ -211,6 +218,8 @@ class Simulation:
                         tools=[add],
                         name=_agent_name(i),
                         system_prompt=f"You are agent {i} of a simulation.",
+                        guardrails=self._guardrails(),
+                        callbacks=self.callbacks,
                     )
                 if self.on_started is not None:
                     self.on_started(len(done), self.agents * self.turns)
@@ -282,12 +291,29 @@ class Simulation:
             for i in mine:
                 if (_conv_id(i), turn) in done:
                     continue
+                if i in self._over_budget:
+                    with self._acked_lock:
+                        self._turns_over_budget += 1
+                    continue
                 if self._stopping.is_set():
                     return
-                messages = self._turn(i, turn)
+                try:
+                    messages = self._turn(i, turn)
+                except PolicyViolation as refused:
+                    # The budget stops this agent: what its refused turn stored (tool
+                    # rounds before a refused call) is audited like any turn's.
+                    messages = refused.stored
+                    with self._acked_lock:
+                        self._over_budget.add(i)
                 ledger.record(_conv_id(i), turn, messages)
                 self._acknowledged()
                 self._maybe_fault()
+
+    def _guardrails(self) -> list[TokenBudget]:
+        """``--budget-tokens``: each conversation may spend that many tokens."""
+        if self.budget_tokens is None:
+            return []
+        return [TokenBudget(self.budget_tokens, scope="conversation")]
 
     def _turn(self, i: int, turn: int) -> list[dict[str, Any]]:
         agent = AgentHandle.named(_agent_name(i))
@@ -413,6 +439,8 @@ class Simulation:
             data_dir=str(self.data_dir),
             retries=self._retries,
             interrupted=self._interrupted,
+            stopped_by_budget=len(self._over_budget),
+            turns_over_budget=self._turns_over_budget,
         )
 
 

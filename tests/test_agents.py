@@ -111,7 +111,7 @@ def test_new_agent_has_no_messages_and_turn_count_zero(
 def test_run_basic_stores_user_then_assistant(
     store: MemoryStoreHandle, agents: list[AgentHandle]
 ) -> None:
-    agent = Agent.start_link(llm=ScriptedModel([MOCK]), memory={"store": store})
+    agent = Agent.start_link(llm=ScriptedModel([MOCK], usage=False), memory={"store": store})
     agents.append(agent)
     result = agent.run("Hello")
     assert isinstance(result, TurnResult)
@@ -129,7 +129,7 @@ def test_run_basic_stores_user_then_assistant(
 def test_run_with_system_prompt_sends_it_first_and_never_stores_it(
     store: MemoryStoreHandle, agents: list[AgentHandle]
 ) -> None:
-    model = ScriptedModel(["one", "two"])
+    model = ScriptedModel(["one", "two"], usage=False)
     agent = Agent.start_link(llm=model, memory={"store": store}, system_prompt="Test system")
     agents.append(agent)
     agent.run("first")
@@ -184,7 +184,9 @@ def test_run_with_tool_calls_stores_call_with_text_result_with_name_and_final(
         return a + b
 
     call = tool_call("c1", "add_numbers", '{"a": 1, "b": 2}')
-    model = ScriptedModel([{"content": "Let me add.", "tool_calls": [call]}, "It is 3."])
+    model = ScriptedModel(
+        [{"content": "Let me add.", "tool_calls": [call]}, "It is 3."], usage=False
+    )
     agent = Agent.start_link(llm=model, memory={"store": store}, tools=[add_numbers])
     agents.append(agent)
     result = agent.run("What is 1 + 2?")
@@ -220,7 +222,7 @@ def test_max_tool_iterations_fails_the_turn_and_leaves_a_valid_history(
 
     errors: list[BaseException] = []
     agent = Agent.start_link(
-        llm=ScriptedModel(endless),
+        llm=ScriptedModel(endless, usage=False),
         memory={"store": store},
         tools=[add],
         max_tool_iterations=3,
@@ -250,7 +252,7 @@ def test_model_error_fails_the_turn_calls_on_turn_error_and_the_agent_goes_on(
     errors: list[tuple[dict[str, Any], BaseException]] = []
     ends: list[Any] = []
     agent = Agent.start_link(
-        llm=ScriptedModel([failure, "recovered"]),
+        llm=ScriptedModel([failure, "recovered"], usage=False),
         memory={"store": store},
         callbacks=Callbacks(
             on_turn_error=lambda meta, exc: errors.append((dict(meta), exc)),
@@ -364,7 +366,7 @@ def test_a_raising_callback_is_logged_and_ignored(
         "on_tool_result",
     ]
     call = tool_call("c1", "add", '{"a": 1, "b": 1}')
-    model = ScriptedModel([{"tool_calls": [call]}, "2", ModelError("down")])
+    model = ScriptedModel([{"tool_calls": [call]}, "2", ModelError("down")], usage=False)
     agent = Agent.start_link(
         llm=model,
         memory={"store": store},
@@ -431,7 +433,7 @@ def test_info_reports_conversation_turns_and_settings(
     store: MemoryStoreHandle, agents: list[AgentHandle]
 ) -> None:
     agent = Agent.start_link(
-        llm=ScriptedModel(["ok"]),
+        llm=ScriptedModel(["ok"], usage=False),
         memory={"store": store},
         conversation_id="info-conv",
         user_id="alice",
@@ -470,9 +472,9 @@ def test_default_memory_uses_the_shared_default_store(
     assert whereis(DEFAULT_STORE_NAME) is None
     try:
         with pytest.warns(UserWarning, match="no application is running"):
-            first = Agent.start_link(llm=ScriptedModel(["hi"]), **form)
+            first = Agent.start_link(llm=ScriptedModel(["hi"], usage=False), **form)
         agents.append(first)
-        second = Agent.start_link(llm=ScriptedModel(["yo"]), **form)
+        second = Agent.start_link(llm=ScriptedModel(["yo"], usage=False), **form)
         agents.append(second)
         first.run("hello")
         second.run("hey")
@@ -493,7 +495,7 @@ def test_default_memory_under_the_app_uses_the_supervised_store_without_warning(
 ) -> None:
     with otpmem.running(), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        agent = Agent.start_link(llm=ScriptedModel(["hi"]))
+        agent = Agent.start_link(llm=ScriptedModel(["hi"], usage=False))
         agents.append(agent)
         agent.run("hello")
         conv = agent.info()["conversation"]
@@ -503,7 +505,7 @@ def test_default_memory_under_the_app_uses_the_supervised_store_without_warning(
 
 
 def test_window_memory_keeps_everything_but_sends_a_window(agents: list[AgentHandle]) -> None:
-    model = ScriptedModel(lambda messages, tools: f"saw:{len(messages)}")
+    model = ScriptedModel(lambda messages, tools: f"saw:{len(messages)}", usage=False)
     with otpmem.running():
         agent = Agent.start_link(llm=model, memory={"window": 2})
         agents.append(agent)
@@ -524,7 +526,7 @@ def test_window_memory_keeps_everything_but_sends_a_window(agents: list[AgentHan
 def test_store_memory_uses_the_given_store(
     store: MemoryStoreHandle, agents: list[AgentHandle]
 ) -> None:
-    agent = Agent.start_link(llm=ScriptedModel(["hi"]), memory={"store": store})
+    agent = Agent.start_link(llm=ScriptedModel(["hi"], usage=False), memory={"store": store})
     agents.append(agent)
     agent.run("hello")
     assert store.get(agent.info()["conversation"]) == [user("hello"), assistant("hi")]
@@ -561,7 +563,7 @@ class CountingProvider:
 
 def test_custom_memory_provider_is_used_as_passed(agents: list[AgentHandle]) -> None:
     provider = CountingProvider()
-    model = ScriptedModel(["hi back", "again"])
+    model = ScriptedModel(["hi back", "again"], usage=False)
     agent = Agent.start_link(llm=model, memory=provider, conversation_id="custom")
     agents.append(agent)
     agent.run("hello")
@@ -662,7 +664,7 @@ def test_heal_dangling_tool_calls_before_the_new_user_message(
     calls = [tool_call("c1", "lookup", '{"q": "a"}'), tool_call("c2", "search", "{}")]
     crashed_turn = [user("look it up"), {"role": "assistant", "content": None, "tool_calls": calls}]
     store.add("heal", crashed_turn)  # what a turn that died mid-loop leaves behind
-    model = ScriptedModel(["done"])
+    model = ScriptedModel(["done"], usage=False)
     agent = Agent.start_link(llm=model, memory={"store": store}, conversation_id="heal")
     agents.append(agent)
     result = agent.run("next question")
@@ -681,7 +683,7 @@ def test_heal_dangling_tool_calls_before_the_new_user_message(
     assert dangling_ids(stored) == set()
     assert model.calls[0][0] == stored[:5]  # the model never sees a dangling call
     # Healed once: the next turn has nothing to heal.
-    model2 = ScriptedModel(["again"])
+    model2 = ScriptedModel(["again"], usage=False)
     later = Agent.start_link(llm=model2, memory={"store": store}, conversation_id="heal")
     agents.append(later)
     assert later.run("more").healed == []
@@ -698,7 +700,7 @@ def test_heal_only_the_calls_left_unanswered(
     )
     store.add("half", [answered])
     agent = Agent.start_link(
-        llm=ScriptedModel(["fine"]), memory={"store": store}, conversation_id="half"
+        llm=ScriptedModel(["fine"], usage=False), memory={"store": store}, conversation_id="half"
     )
     agents.append(agent)
     result = agent.run("go on")
@@ -728,7 +730,7 @@ def test_heal_dangling_with_a_window_smaller_than_the_tool_round(
         )
         otpmem.default_store().add("wheal", results)
         agent = Agent.start_link(
-            llm=ScriptedModel(["ok"]), memory={"window": 2}, conversation_id="wheal"
+            llm=ScriptedModel(["ok"], usage=False), memory={"window": 2}, conversation_id="wheal"
         )
         agents.append(agent)
         result = agent.run("next")
@@ -757,21 +759,21 @@ def test_one_writer_per_conversation_refuse_or_wait(
 
     waiting_started = threading.Event()
     first = Agent.start_link(
-        llm=ScriptedModel(blocking), memory={"store": store}, conversation_id="shared"
+        llm=ScriptedModel(blocking, usage=False), memory={"store": store}, conversation_id="shared"
     )
     refuser = Agent.start_link(
-        llm=ScriptedModel(["refuser later"]),
+        llm=ScriptedModel(["refuser later"], usage=False),
         memory={"store": store},
         conversation_id="shared",
         on_busy="refuse",
     )
     impatient = Agent.start_link(
-        llm=ScriptedModel(["never"]),
+        llm=ScriptedModel(["never"], usage=False),
         memory={"store": store},
         conversation_id="shared",
         busy_timeout=0.2,
     )
-    second_model = ScriptedModel(["second done"])
+    second_model = ScriptedModel(["second done"], usage=False)
     waiter = Agent.start_link(
         llm=second_model,
         memory={"store": store},
@@ -780,7 +782,9 @@ def test_one_writer_per_conversation_refuse_or_wait(
         callbacks={"on_turn_start": lambda meta: waiting_started.set()},
     )
     other = Agent.start_link(
-        llm=ScriptedModel(["elsewhere"]), memory={"store": store}, conversation_id="other"
+        llm=ScriptedModel(["elsewhere"], usage=False),
+        memory={"store": store},
+        conversation_id="other",
     )
     agents.extend([first, refuser, impatient, waiter, other])
     results: dict[str, TurnResult] = {}
@@ -824,7 +828,7 @@ def test_fifty_agents_twenty_turns_each_on_the_default_store() -> None:
     n_agents, n_turns = 50, 20
     with otpmem.running():
         started = [
-            Agent.start_link(llm=ScriptedModel(echo), conversation_id=f"par-{i}")
+            Agent.start_link(llm=ScriptedModel(echo, usage=False), conversation_id=f"par-{i}")
             for i in range(n_agents)
         ]
         try:

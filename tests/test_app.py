@@ -46,7 +46,7 @@ def assistant(text: str | None) -> dict[str, Any]:
 
 
 def counting_model() -> ScriptedModel:
-    return ScriptedModel(lambda messages, tools: f"saw:{len(messages)}")
+    return ScriptedModel(lambda messages, tools: f"saw:{len(messages)}", usage=False)
 
 
 def store_pid() -> Any:
@@ -84,10 +84,11 @@ def test_tree_is_a_named_one_for_one_root_with_store_then_agents(no_app: None) -
         children = root.which_children()
         assert [(c.id, c.type, c.status) for c in children] == [
             ("default_store", "supervisor", "running"),
+            ("recall_index", "worker", "running"),
             ("agents", "supervisor", "running"),
         ]
         agents_sup = whereis(AGENTS)
-        assert agents_sup is not None and children[1].pid == agents_sup.pid
+        assert agents_sup is not None and children[2].pid == agents_sup.pid
         # The store lives inside the default_store child.
         inner = store_sup(root)
         assert inner.child("store").pid == store_pid()
@@ -97,9 +98,9 @@ def test_tree_is_a_named_one_for_one_root_with_store_then_agents(no_app: None) -
         faults.kill(agents_sup)
         root.sync()
         after = root.which_children()
-        assert [c.id for c in after] == ["default_store", "agents"]
-        assert after[1].pid != agents_sup.pid
-        assert whereis(AGENTS) is not None and whereis(AGENTS).pid == after[1].pid
+        assert [c.id for c in after] == ["default_store", "recall_index", "agents"]
+        assert after[2].pid != agents_sup.pid
+        assert whereis(AGENTS) is not None and whereis(AGENTS).pid == after[2].pid
         assert after[0].pid == before_sup
         assert store_pid() == before_store
     assert whereis(ROOT) is None
@@ -220,7 +221,7 @@ def test_data_dir_store_is_leveldb_and_conversations_survive_stop_and_start(
         assert isinstance(whereis(DEFAULT_STORE_NAME), LevelDBStoreHandle)
         assert isinstance(otpmem.default_store(), LevelDBStoreHandle)
         agent = otpmem.start_agent(
-            llm=ScriptedModel(["noted"]), conversation_id="durable", user_id="u1"
+            llm=ScriptedModel(["noted"], usage=False), conversation_id="durable", user_id="u1"
         )
         agent.run("remember me")
         otpmem.default_store().add("plain", [user("kept")])

@@ -238,6 +238,11 @@ def test_resume_of_a_run_whose_dsn_had_a_password_asks_for_it_again(tmp_path: Pa
         (["--store", "postgres="], "choose leveldb, postgres"),
         (["--store", "mysql"], "choose leveldb, postgres"),
         (["--nodes", "0", "--store", "postgres"], "0 is not in the range 1<=x<=64"),
+        (
+            ["--store", "postgres", "--budget-tokens", "100"],
+            "--budget-tokens watches the agents of this process",
+        ),
+        (["--store", "postgres", "--live"], "--observe/--live watches the agents"),
     ],
 )
 def test_combinations_that_cannot_work_are_usage_errors(

@@ -59,6 +59,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
             "agents_demo.py",
             [r"agent 3: 10 turns acknowledged", r"next answer: The sum is 42\."],
         ),
+        ("fastapi_app.py", [r"OK: the retried turn was stored once"]),
         (
             "multi_agent_simulation.py",
             [r"lost: 0, orphaned tool results: 0", r"OK: every acknowledged message was read back"],
@@ -75,6 +76,22 @@ def test_demo_runs_and_prints_its_result(script: str, expected: list[str], tmp_p
     assert result.returncode == 0, result.stdout
     for pattern in expected:
         assert re.search(pattern, result.stdout), f"{pattern!r} not in:\n{result.stdout}"
+
+
+def test_the_recall_demo_recalls_ranks_and_keeps_tenants_apart(tmp_path: Path) -> None:
+    result = run([str(EXAMPLES / "recall_demo.py")], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    out = result.stdout
+    assert "#0: I'm allergic to shellfish." in out
+    assert "bob's query sees only bob: ['I am allergic to cats.']" in out
+    # store.search answered by the index: a BM25 score, and "allergies" finds "allergic".
+    assert re.search(r"BM25 \d+\.\d\d  #0: I'm allergic to shellfish\.", out), out
+    assert "substring 'talk 2': ['small talk 29', 'small talk 28', 'small talk 27']" in out
+    assert "after the restart: #31: My passport expires in May." in out
+    # The agent's context: the old fact recalled before the newest question.
+    assert "user: I'm allergic to shellfish.\n" in out.split("hybrid memory")[1]
+    assert "system messages: ['You are very terse.']" in out
+    assert "relevant: I parked on level 3." in out
 
 
 def test_fault_injection_suite_passes_whole() -> None:

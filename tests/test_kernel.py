@@ -563,7 +563,7 @@ def test_memory_filter_keeps_the_delta_when_the_model_fails(store: MemoryStoreHa
 
 def test_memory_filter_accepts_a_conv_with_user(store: MemoryStoreHandle) -> None:
     conv = Conv("alice", "c")
-    Kernel(ScriptedModel(["hi alice"]), filters=[memory_filter(store)]).chat(
+    Kernel(ScriptedModel(["hi alice"], usage=False), filters=[memory_filter(store)]).chat(
         [NEW], Context(conversation_id=conv)
     )
     assert store.get(conv) == [NEW, {"role": "assistant", "content": "hi alice"}]
@@ -663,7 +663,7 @@ TOOL_RESULT = {"role": "tool", "tool_call_id": "c1", "name": "add", "content": "
 
 
 def test_mock_tool_call_loop_full_mode() -> None:
-    model = ScriptedModel(answer_with_tool_result)
+    model = ScriptedModel(answer_with_tool_result, usage=False)
     kernel = Kernel(model, tools=[add])
     response, context = kernel.invoke([user("7 + 8?")])
     assert response.content == "The answer is 15"
@@ -674,7 +674,7 @@ def test_mock_tool_call_loop_full_mode() -> None:
 
 
 def test_mock_tool_call_loop_delta_mode(store: MemoryStoreHandle) -> None:
-    model = ScriptedModel(answer_with_tool_result)
+    model = ScriptedModel(answer_with_tool_result, usage=False)
     kernel = Kernel(model, filters=[memory_filter(store)], tools=[add])
     response, _ = kernel.invoke([user("7 + 8?")], Context(conversation_id="calc"))
     assert response.content == "The answer is 15"
@@ -710,7 +710,7 @@ def test_assistant_text_alongside_tool_calls_is_kept(store: MemoryStoreHandle, d
             return "done"
         return {"content": "Let me add those.", "tool_calls": [add_call("c1", 7, 8)]}
 
-    model = ScriptedModel(answer)
+    model = ScriptedModel(answer, usage=False)
     filters = [memory_filter(store)] if delta else []
     kernel = Kernel(model, filters=filters, tools=[add])
     kernel.invoke([user("7 + 8?")], Context(conversation_id="c" if delta else None))
@@ -731,7 +731,7 @@ def test_system_prompt_innermost_and_never_stored(store: MemoryStoreHandle) -> N
         outer.append([dict(m) for m in request.messages])
         return next_(request)
 
-    model = ScriptedModel(answer_with_tool_result)
+    model = ScriptedModel(answer_with_tool_result, usage=False)
     kernel = Kernel(
         model,
         filters=[Filter("outer", around_chat=record), memory_filter(store)],

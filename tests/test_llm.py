@@ -49,10 +49,18 @@ def test_scripted_replies_come_in_order() -> None:
 
 
 def test_scripted_text_reply_is_a_plain_stop_response() -> None:
-    response = ScriptedModel(["hello"]).chat([{"role": "user", "content": "hi"}])
+    response = ScriptedModel(["hello"], usage=False).chat([{"role": "user", "content": "hi"}])
     assert response == ChatResponse(
         content="hello", tool_calls=(), usage=None, finish_reason="stop"
     )
+
+
+def test_scripted_reply_without_usage_gets_the_heuristic_count_of_sent_and_answered() -> None:
+    sent = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    response = ScriptedModel(["hello there"]).chat(sent)
+    # 3 a message + ceil(chars / 4): 3+2 and 3+1 sent, 3+3 answered
+    assert response.usage == {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15}
+    assert response.to_message()["metadata"] == {"usage": response.usage}
 
 
 def test_scripted_function_of_messages_and_tools() -> None:
@@ -91,17 +99,20 @@ def test_scripted_dict_reply_with_tool_calls() -> None:
         "role": "assistant",
         "content": "let me add",
         "tool_calls": [call],
+        # stored under the API's names, whichever a script or provider used
+        "metadata": {"usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}},
     }
 
 
 def test_scripted_dict_reply_without_tool_calls_stops() -> None:
-    response = ScriptedModel([{"content": "done"}]).chat([])
+    response = ScriptedModel([{"content": "done"}], usage=False).chat([])
     assert response.tool_calls == ()
     assert response.finish_reason == "stop"
     assert response.to_message() == {"role": "assistant", "content": "done"}
 
 
 def test_scripted_chat_response_reply_is_returned_as_is() -> None:
+    # A ChatResponse is the whole answer: usage=None means none was reported.
     given = ChatResponse(content="x", finish_reason="length")
     assert ScriptedModel([given]).chat([]) is given
 
@@ -515,7 +526,7 @@ def test_openai_response_mapping(api: FakeAPI, client: Make) -> None:
     response = model.chat(USER)
     assert response.content == "thinking aloud"
     assert response.finish_reason == "tool_calls"
-    assert response.usage == {"input_tokens": 11, "output_tokens": 5, "total_tokens": 16}
+    assert response.usage == {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}
     assert len(response.tool_calls) == 2
     first, second = response.tool_calls
     assert first == {
@@ -681,7 +692,14 @@ def test_openai_null_token_counts_read_as_zero(api: FakeAPI, client: Make) -> No
     body = {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": None}}
     api.answer(Canned(200, body))
     model, _ = client(max_retries=0)
-    assert model.chat(USER).usage == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    assert model.chat(USER).usage == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def test_openai_usage_keeps_a_cost_the_server_reports(api: FakeAPI, client: Make) -> None:
+    usage = {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3, "cost": 0.0015}
+    api.answer(Canned(200, {"choices": [{"message": {"content": "x"}}], "usage": usage}))
+    model, _ = client(max_retries=0)
+    assert model.chat(USER).to_message()["metadata"]["usage"] == {**usage, "cost": "0.0015"}
 
 
 def test_openai_timeout_retries_then_model_error(api: FakeAPI, client: Make) -> None:

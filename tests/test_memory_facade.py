@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from otpmem.memory import Pipeline, PrepareContext
+from otpmem.memory import Pipeline, PipelineProvider, PrepareContext, Summarization
 from otpmem.memory.facade import InvalidConfiguration, InvalidMemoryType, Memory, memory
 from otpmem.memory.token_summary import TokenSummarization
 from otpmem.messages import Conv, InvalidMessage
@@ -201,3 +203,76 @@ def test_the_summary_kind_rolls_by_tokens() -> None:
         sent = mem.context()
         assert sent[0]["role"] == "system"
         assert len(sent) == 2
+
+
+def test_summarization_takes_a_token_trigger_beside_the_count() -> None:
+    by_tokens = Summarization(threshold=20, keep_recent=2, max_tokens=150)
+    saved: list[dict[str, Any]] = []
+    Pipeline([by_tokens]).run([words(40, f"m{i}") for i in range(5)], Conv(None, "t"), saved.append)
+    assert saved and saved[0]["metadata"]["summary"]["covers"] == [0, 3]  # 5 < 20: tokens
+    by_count = Summarization(threshold=3, keep_recent=1, max_tokens=10**6)
+    saved.clear()
+    Pipeline([by_count]).run([words(1, f"m{i}") for i in range(4)], Conv(None, "t"), saved.append)
+    assert saved and saved[0]["metadata"]["summary"]["covers"] == [0, 3]  # cheap: the count
+    neither = Summarization(threshold=None, keep_recent=1, max_tokens=10**6)
+    saved.clear()
+    Pipeline([neither]).run([words(1, f"m{i}") for i in range(40)], Conv(None, "t"), saved.append)
+    assert saved == []
+    with pytest.raises(ValueError, match="threshold, a max_tokens"):
+        Summarization(threshold=None)
+    with pytest.raises(ValueError, match="max_tokens"):
+        Summarization(max_tokens=0)
+
+
+def test_a_token_triggered_summary_reads_every_uncovered_message_and_no_more() -> None:
+    store = MemoryStore.start_link()
+    try:
+        conv = Conv("ann", "long")
+        store.add(conv, [words(30, f"m{i}") for i in range(400)])
+        pipeline = Pipeline([Summarization(threshold=None, keep_recent=5, max_tokens=4000)])
+        provider = PipelineProvider(store, pipeline)
+        history = provider.history(conv)
+        # No summary yet: all 400 are uncovered, so the tail read must reach the start.
+        assert len(history) == 400
+        sent = provider.prepare(conv, history)
+        assert sent == pipeline.run(store.get(conv), conv)
+        provider.append(conv, [user("next")])  # stores the rolled summary with it
+        assert len(provider.history(conv)) <= 64  # the first read is enough: it is covered
+    finally:
+        store.stop()
+
+
+EXPORTED = [
+    "Embedder",
+    "EmbedderError",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "RecallIndex",
+    "RecallIndexHandle",
+    "Hit",
+    "HybridProvider",
+    "ranked_search",
+    "Memory",
+    "memory",
+    "InvalidMemoryType",
+    "InvalidConfiguration",
+    "TokenSummarization",
+]
+
+
+def test_the_public_names_come_from_otpmem_memory_and_numpy_only_when_asked() -> None:
+    code = (
+        "import sys, otpmem, otpmem.agents, otpmem.memory as m\n"
+        "assert 'numpy' not in sys.modules, 'import otpmem brought numpy'\n"
+        f"names = {EXPORTED!r}\n"
+        "assert set(names) <= set(m.__all__) and set(names) <= set(dir(m))\n"
+        "from otpmem.memory import *\n"
+        "from otpmem.memory.recall import HybridProvider as H\n"
+        "assert m.HybridProvider is H and callable(memory) and 'numpy' in sys.modules\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60.0, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr

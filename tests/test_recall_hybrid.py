@@ -69,6 +69,58 @@ def test_prepare_is_pinned_then_recalled_then_recent(
     assert len(sent) - 1 <= 5
 
 
+def summary(end: int, text: str) -> dict[str, Any]:
+    return {
+        "role": "system",
+        "content": text,
+        "metadata": {"pinned": True, "summary": {"covers": [0, end], "summarizer": "t"}},
+    }
+
+
+def test_pinned_messages_come_from_the_stores_pinned_index_not_the_index() -> None:
+    store = MemoryStore.start_link()
+    index = RecallIndex.start_link(store)
+    index.stop()  # prepare without recall must not need it: the store's index answers
+    try:
+        conv = Conv("ann", "pins")
+        store.add(
+            conv,
+            [
+                {"role": "system", "content": "be brief"},
+                user("remember: blue", metadata={"pinned": True}),
+                *[user(f"chat {i}") for i in range(20)],
+                summary(20, "old summary"),
+                user("b"),
+                summary(21, "new summary"),
+                user("question?"),
+            ],
+        )
+        provider = HybridProvider(store, index, recent_limit=3, semantic_limit=0)
+        history = provider.history(conv)
+        assert len(history) < store.count(conv)  # one store.window read, not everything
+        assert "old summary" in [m["content"] for m in history]  # superseded, in the tail
+        sent = provider.prepare(conv, history)
+        contents = [m["content"] for m in sent]
+        # Every pinned message, oldest first; of the summaries only the newest stored one.
+        assert contents[:3] == ["be brief", "remember: blue", "new summary"]
+        assert contents[-1] == "question?" and "old summary" not in contents
+    finally:
+        store.stop()
+
+
+def test_append_passes_idempotency_keys_so_a_retry_is_stored_once(
+    pair: tuple[MemoryStoreHandle, RecallIndexHandle],
+) -> None:
+    store, index = pair
+    conv = Conv("ann", "k")
+    provider = HybridProvider(store, index)
+    provider.append(conv, [user("once")], "turn-1:0")
+    provider.append(conv, [user("once")], "turn-1:0")  # a retry
+    provider.append(conv, [user("then")], "turn-1:1", follows="turn-1:0")
+    assert [m["content"] for m in store.get(conv)] == ["once", "then"]
+    assert store.key_position(conv, "turn-1:1") == 1
+
+
 def test_recent_weight_splits_total_limit_when_both_limits_do_not_fit(
     pair: tuple[MemoryStoreHandle, RecallIndexHandle],
 ) -> None:

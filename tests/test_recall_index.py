@@ -11,20 +11,23 @@ from typing import Any
 import bm25s
 import numpy as np
 import pytest
-import tqdm
 
 from otpmem.actors import HogReport, add_hog_listener, faults, remove_hog_listener
 from otpmem.actors import _scheduler as scheduler
 from otpmem.memory.recall import HashingEmbedder, Hit, RecallIndex, RecallIndexHandle
-from otpmem.memory.recall.lexical import LUCENE_STOPWORDS, LexicalIndex, tokenize
+from otpmem.memory.recall.lexical import LUCENE_STOPWORDS, LexicalIndex, stem, tokenize
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, LevelDBStoreHandle, MemoryStore, MemoryStoreHandle
 from otpmem.supervisors import Supervisor
 
 WAIT = 10.0
 
-# bm25s reports progress with tqdm, whose monitor thread would outlive the test.
-tqdm.tqdm.monitor_interval = 0
+try:  # bm25s reports progress with tqdm when it is installed: its monitor thread would
+    import tqdm  # outlive the test
+
+    tqdm.tqdm.monitor_interval = 0
+except ImportError:
+    pass
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:
@@ -80,7 +83,8 @@ def test_incremental_bm25_equals_bm25s_on_the_same_tokens_also_after_deletes() -
 
 
 def test_the_lexical_analyzer_drops_function_words_but_keeps_lucenes_set_available() -> None:
-    assert tokenize("What do I do for a living? I'm a nurse") == ["living", "nurse"]
+    assert tokenize("What do I do for a living? I'm a nurse") == ["liv", "nurs"]
+    assert tokenize("a living nurse", stemmed=False) == ["living", "nurse"]
     assert tokenize("the cat", LUCENE_STOPWORDS - {"the"}) == ["the", "cat"]
 
 
@@ -142,6 +146,33 @@ def test_limit_min_score_filter_and_conversation_scope(
     assert texts(custom) == ["lemon cake recipe"]
 
 
+def test_stemming_lets_bm25_alone_match_other_forms_of_a_word(store: MemoryStoreHandle) -> None:
+    assert [stem(w) for w in ["allergy", "allergic", "allergies"]] == ["allerg"] * 3
+    assert stem("birthday") == stem("birthdays") and stem("stopped") == "stop"
+    conv = Conv("ann", "s")
+    store.add(conv, [user("I'm seriously allergic to shellfish"), user("the weather")])
+    index = RecallIndex.start_link(store, weights=(1.0, 0.0))  # BM25 alone, no n-grams
+    try:
+        hits = index.get_relevant("which allergy do I have?", user_id="ann")
+        assert texts(hits) == ["I'm seriously allergic to shellfish"]
+    finally:
+        index.stop()
+
+
+def test_copies_of_one_message_count_once_unless_asked(
+    store: MemoryStoreHandle, index: RecallIndexHandle
+) -> None:
+    conv = Conv("ann", "d")
+    store.add(conv, [user("remember the bank"), assistant("ok")] * 6 + [user("bank holiday")])
+    distinct = index.get_relevant("remember the bank", user_id="ann", limit=5)
+    assert texts(distinct) == ["remember the bank", "bank holiday"]
+    assert distinct[0].position == 10  # the newest copy stands for the others
+    copies = index.get_relevant("remember the bank", user_id="ann", limit=5, distinct=False)
+    assert texts(copies) == ["remember the bank"] * 5
+    with pytest.raises(ValueError, match="distinct"):
+        index.get_relevant("bank", user_id="ann", distinct=1)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
@@ -170,24 +201,17 @@ def test_ranked_search_and_substring_search(
     store.add(conv, [user("hello world"), user("world peace, world cup"), user("shellfish")])
     ranked = index.search("world", user_id="ann")
     assert [h.index for h in ranked] == [1, 0]  # more occurrences, shorter: BM25 order
-    assert all(h.score == 1 for h in ranked)  # one distinct query word matched each
-    substring = index.search("ell", user_id="ann", substring=True)
+    # The score is the BM25 score itself (a float, best first), as bm25s computes it.
+    reference = bm25s.BM25()
+    corpus = [["hello", "world"], ["world", "peace", "world", "cup"], ["shellfish"]]
+    reference.index(corpus, show_progress=False)
+    expected = reference.get_scores(["world"])
+    assert [h.score for h in ranked] == pytest.approx([expected[1], expected[0]], rel=1e-5)
+    assert all(type(h.score) is float for h in ranked)
+    substring = index.search("ell", user_id="ann", mode="substring")
     assert [(h.index, h.score) for h in substring] == [(2, 1), (0, 1)]  # newest first on ties
-
-
-def test_pinned_lists_system_and_pinned_messages_with_positions(
-    store: MemoryStoreHandle, index: RecallIndexHandle
-) -> None:
-    conv = Conv("ann", "p")
-    store.add(
-        conv,
-        [
-            {"role": "system", "content": "be brief"},
-            user("hi"),
-            user("remember this", metadata={"pinned": True}),
-        ],
-    )
-    assert [p for p, _ in index.pinned(conv)] == [0, 2]
+    with pytest.raises(ValueError, match="mode"):
+        index.search("ell", user_id="ann", mode="fuzzy")
 
 
 # -- read-your-writes, clears ------------------------------------------------------------------

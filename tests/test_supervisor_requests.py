@@ -30,6 +30,7 @@ def test_the_operations_under_test_are_the_documented_admin_api() -> None:
         "count_children": 0,
         "delete_child": 1,
         "get_childspec": 1,
+        "info": 0,
         "restart_child": 1,
         "start_child": 1,
         "subscribe": 1,

@@ -75,6 +75,20 @@ class Model:
         )
 
 
+def held_tool() -> tuple[threading.Event, threading.Event, Any]:
+    """The add tool, holding each call until released: (entered, release, tool)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_add(a: int, b: int) -> int:
+        """Add two integers, slowly."""
+        entered.set()
+        release.wait(WAIT)
+        return a + b
+
+    slow_add.__name__ = "add"  # the tool the model asks for
+    return entered, release, slow_add
+
+
 def start(store: Any, model: Any, agents: list[AgentHandle], tools: Any = (add,)) -> AgentHandle:
     agent = Agent.start(
         llm=ScriptedModel(model),
@@ -119,15 +133,7 @@ def test_a_turn_id_used_for_another_message_is_refused(
 def test_a_killed_turn_retried_continues_and_stores_each_message_once(
     store: Any, agents: list[AgentHandle]
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def slow_add(a: int, b: int) -> int:
-        """Add two integers, slowly."""
-        entered.set()
-        release.wait(WAIT)
-        return a + b
-
-    slow_add.__name__ = "add"  # the tool the model asks for
+    entered, release, slow_add = held_tool()
 
     model = Model()
     agent = start(store, model, agents, tools=(slow_add,))
@@ -177,15 +183,7 @@ def test_a_turn_retried_after_call_timeout_is_stored_once(
 def test_a_turn_whose_conversation_is_cleared_under_it_stays_cleared(
     store: Any, agents: list[AgentHandle], how: str
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def slow_add(a: int, b: int) -> int:
-        """Add two integers, slowly."""
-        entered.set()
-        release.wait(WAIT)
-        return a + b
-
-    slow_add.__name__ = "add"  # the tool the model asks for
+    entered, release, slow_add = held_tool()
 
     model = Model()
     agent = start(store, model, agents, tools=(slow_add,))

@@ -15,6 +15,8 @@ from typing import Any
 from ..actors import Event, current
 from ..llm import ChatResponse
 from ..memory import DefaultProvider, MemoryProvider
+from ..memory.recall.default import default_index
+from ..memory.recall.hybrid import HybridProvider
 from ..messages import Conv
 from ..stores import ChatMemory, default_store
 
@@ -22,12 +24,14 @@ logger = logging.getLogger("otpmem.agents")
 
 MEMORY_FORMS = (
     'omitted or "default" (the shared default store), {"window": n}, {"store": store}, '
+    '{"recall": True} or {"window": n, "recall": True} (recall over the default store), '
     "a MemoryProvider, or False/None (no memory)"
 )
 
 
 def resolve_memory(memory: Any) -> MemoryProvider | None:
-    """Turn one of beamai's five memory forms into a provider; anything else raises now."""
+    """Turn one of beamai's five memory forms (or a recall form) into a provider; anything
+    else raises now."""
     if memory is None or memory is False:
         return None
     if isinstance(memory, str):
@@ -35,6 +39,8 @@ def resolve_memory(memory: Any) -> MemoryProvider | None:
             return DefaultProvider(default_store())
         raise ValueError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
     if isinstance(memory, Mapping):
+        if "recall" in memory and set(memory) <= {"window", "recall"}:
+            return _recall_memory(memory)
         if set(memory) == {"window"}:
             window = memory["window"]
             if type(window) is not int or window < 1:
@@ -49,6 +55,25 @@ def resolve_memory(memory: Any) -> MemoryProvider | None:
     if isinstance(memory, MemoryProvider):
         return memory
     raise TypeError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
+
+
+def _recall_memory(memory: Mapping[str, Any]) -> MemoryProvider:
+    """``{"recall": True}`` (with ``"window": n``): a HybridProvider over the default store
+    and the shared RecallIndex (the application's, or one started for it): the pinned
+    messages, up to 5 older ones relevant to the newest question, then the newest n (5)."""
+    recall, window = memory["recall"], memory.get("window")
+    if type(recall) is not bool:
+        raise ValueError(f'memory={{"recall": ...}} takes True or False, got {recall!r}')
+    if window is not None and (type(window) is not int or window < 1):
+        raise ValueError(f'memory={{"window": n, ...}} needs an int n >= 1, got {window!r}')
+    if not recall:
+        return DefaultProvider(default_store(), window)
+    index = default_index()  # first: without an application it warns once for both
+    store = default_store()
+    if window is None:
+        return HybridProvider(store, index)
+    # The window stays whole: recall adds its places beside it (total_limit is both).
+    return HybridProvider(store, index, recent_limit=window, total_limit=window + 5)
 
 
 @dataclass

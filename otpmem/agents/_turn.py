@@ -113,3 +113,22 @@ def check_retry(earlier: Sequence[Mapping[str, Any]], text: str, turn_id: str) -
                 if m.get("role") == "tool" and m.get("content") == CANCELLED
             ]
     raise TurnIdReused(f"turn_id {turn_id!r} names a turn that stored no user message")
+
+
+def dangling(history: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Tool calls of the last assistant message that no result answers, if only results
+    follow it: what a turn that died mid-loop leaves (healed with cancelled results)."""
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.get("role") == "tool":
+            continue
+        calls = message.get("tool_calls") or ()
+        if message.get("role") != "assistant" or not calls:
+            return []
+        answered = {m.get("tool_call_id") for m in history[index + 1 :]}
+        return [
+            (c["id"], str(c.get("function", {}).get("name", "")))
+            for c in calls
+            if c["id"] not in answered
+        ]
+    return []

@@ -11,13 +11,14 @@ turn retried with its ``turn_id`` continues from what it stored and stores nothi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..actors import GenServer, Handle, current
+from ..actors import ExitReason, GenServer, Handle, current
+from ..guardrails import PolicyViolation
 from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
-from ..llm import ChatModel, ChatResponse
+from ..llm import ChatModel, ChatResponse, Pricing
 from ..memory import CANCELLED, MemoryProvider
 from ..messages import Conv, InvalidMessage, as_conv, check_user_id, short_repr, validate
 from ._config import (
@@ -28,7 +29,8 @@ from ._config import (
     writer_key,
     writers,
 )
-from ._turn import TurnWriter, check_retry, check_turn_id, takes_keys
+from ._context import TurnContext, turn_context
+from ._turn import TurnWriter, check_retry, check_turn_id, dangling, takes_keys
 from .errors import TurnFailed, TurnIdReused
 
 RUN_TIMEOUT = 300.0
@@ -90,7 +92,14 @@ class Agent(GenServer):
     agent.messages()             # [user hello, assistant hi]
     """
 
-    caller_errors = (TurnFailed, ConversationBusy, InvalidMessage, ValueError, TypeError)
+    caller_errors = (
+        TurnFailed,
+        ConversationBusy,
+        InvalidMessage,
+        PolicyViolation,
+        ValueError,
+        TypeError,
+    )
     handle_class = AgentHandle
 
     @classmethod
@@ -109,9 +118,18 @@ class Agent(GenServer):
         on_busy: str = "wait",
         busy_timeout: float = 60.0,
         agent_name: str = "agent",
+        guardrails: Iterable[Any] = (),
+        long_term_memory: Any = None,
+        pricing: Pricing | None = None,
         name: str | None = None,
     ) -> AgentHandle:
-        """Start an agent linked to the caller; every argument is checked here, not later."""
+        """Start an agent linked to the caller; every argument is checked here, not later.
+
+        ``guardrails``: policies checked before every model call (``PolicyViolation`` to the
+        caller, the agent stays up); ``long_term_memory``: a ``LongTermMemory`` injected
+        before the history and extracted per its trigger; ``pricing``: the cost recorded
+        with each answer's usage when the model reports none.
+        """
         config = _configure(
             llm,
             memory,
@@ -125,6 +143,9 @@ class Agent(GenServer):
             on_busy=on_busy,
             busy_timeout=busy_timeout,
             agent_name=agent_name,
+            guardrails=guardrails,
+            long_term_memory=long_term_memory,
+            pricing=pricing,
         )
         handle = cls._spawn((config,), {}, current(), name, None, 5.0)
         assert isinstance(handle, AgentHandle)
@@ -141,6 +162,11 @@ class Agent(GenServer):
     def init(self, config: _Config) -> None:
         self.config = config
         self.turns = 0
+
+    def terminate(self, reason: ExitReason) -> None:
+        ltm = self.config.sending.ltm
+        if ltm is not None:
+            ltm.notify("close", self.config.conv)  # trigger="on_close"; never raises
 
     def handle_call(self, message: Any) -> Any:
         if not isinstance(message, tuple) or not message:
@@ -178,7 +204,8 @@ class Agent(GenServer):
     def _turn(self, text: Any, turn_id: Any = None) -> TurnResult:
         if not isinstance(text, str) or not text:
             raise ValueError(f"run needs a non-empty str, got {short_repr(text)}")
-        turn_id = check_turn_id(turn_id) or uuid.uuid4().hex
+        given = check_turn_id(turn_id)
+        turn_id = given or uuid.uuid4().hex
         config = self.config
         meta = {
             "agent_name": config.agent_name,
@@ -191,17 +218,19 @@ class Agent(GenServer):
         key = self._claim_writer()
         try:
             try:
-                result = self._loop(text, meta, turn_id)
+                result = self._loop(text, meta, turn_id, retry=given is not None)
             finally:
                 if key is not None:
                     writers.release(key)
         except Exception as exc:
             config.callbacks.fire("on_turn_error", meta, exc)
-            if isinstance(exc, TurnFailed | InvalidMessage | TurnIdReused):
+            if isinstance(exc, TurnFailed | InvalidMessage | TurnIdReused | PolicyViolation):
                 raise
             raise TurnFailed(f"the turn failed: {exc}") from exc
         self.turns += 1
         config.callbacks.fire("on_turn_end", meta, result)
+        if config.sending.ltm is not None:
+            config.sending.ltm.notify("turn", config.conv)  # trigger="per_turn"
         return result
 
     def _claim_writer(self) -> Hashable | None:
@@ -217,21 +246,26 @@ class Agent(GenServer):
             )
         return key
 
-    def _loop(self, text: str, meta: dict[str, Any], turn_id: str) -> TurnResult:
+    def _loop(self, text: str, meta: dict[str, Any], turn_id: str, retry: bool) -> TurnResult:
         config = self.config
         provider, conv, kernel = config.provider, config.conv, config.kernel
         writer = TurnWriter(provider, conv, turn_id, config.keyed)
-        earlier = writer.earlier()
+        # A turn id of our own making is new: no earlier attempt to look for.
+        earlier = writer.earlier() if retry else None
+        first: tuple[list[Any], str | None] | None = None
         if earlier is None:
             history = provider.history(conv) if provider is not None else []
-            healed = [call_id for call_id, _ in _dangling(history)]
+            healed = [call_id for call_id, _ in dangling(history)]
             repairs = [
                 {"role": "tool", "tool_call_id": call_id, "name": name, "content": CANCELLED}
-                for call_id, name in _dangling(history)
+                for call_id, name in dangling(history)
             ]
             added: list[dict[str, Any]] = [*repairs, {"role": "user", "content": text}]
-            writer.store(added)
             history.extend(added)
+            # The first call is built (and checked) before the user message is stored: a
+            # guardrail that refuses the turn leaves nothing a later turn would send.
+            first = self._build(history, [])
+            writer.store(added)
         else:
             healed = check_retry(earlier, text, turn_id)
             assert provider is not None  # earlier() found the turn in the provider's store
@@ -261,12 +295,24 @@ class Agent(GenServer):
             if iterations >= kernel.max_tool_iterations:
                 raise TurnFailed(str(MaxToolIterations(kernel.max_tool_iterations, calls)))
             iterations += 1
-            to_send = provider.prepare(conv, history) if provider is not None else list(history)
+            # Guardrails are checked before every model call: a refusal mid-turn ends the
+            # turn like a failed model call (what it stored is a valid history).
+            to_send, system_prompt = first or self._build(history, added)
+            first = None
             config.callbacks.fire("on_model_call", meta, to_send)
-            response, context = kernel.chat(to_send, context, config.system_prompt)
+            response, context = kernel.chat(to_send, context, system_prompt)
             config.callbacks.fire("on_model_result", meta, response)
             if response.content is not None or response.tool_calls:
                 self._store(writer, [response.to_message()], history, added)
+
+    def _build(
+        self, history: list[Any], stored: list[dict[str, Any]]
+    ) -> tuple[list[Any], str | None]:
+        try:
+            return self.config.sending.build(history)
+        except PolicyViolation as violation:
+            violation.stored = list(stored)  # what the refused turn leaves in the store
+            raise
 
     @staticmethod
     def _store(
@@ -294,16 +340,20 @@ def _configure(
     on_busy: str = "wait",
     busy_timeout: float = 60.0,
     agent_name: str = "agent",
+    guardrails: Iterable[Any] = (),
+    long_term_memory: Any = None,
+    pricing: Pricing | None = None,
 ) -> _Config:
     """Every start argument checked and built, before any process exists."""
     provider = resolve_memory(memory)
+    conv = as_conv(Conv(check_user_id(user_id), conversation_id or f"conv-{uuid.uuid4().hex[:16]}"))
+    prompt = _check_prompt(system_prompt)
     config = _Config(
-        kernel=Kernel(llm, filters, tools, max_tool_iterations),
+        kernel=Kernel(llm, filters, tools, max_tool_iterations, pricing=pricing),
         provider=provider,
-        conv=as_conv(
-            Conv(check_user_id(user_id), conversation_id or f"conv-{uuid.uuid4().hex[:16]}")
-        ),
-        system_prompt=_check_prompt(system_prompt),
+        conv=conv,
+        system_prompt=prompt,
+        sending=turn_context(provider, conv, prompt, long_term_memory, guardrails),
         callbacks=as_callbacks(callbacks),
         on_busy=_check_busy(on_busy),
         busy_timeout=busy_timeout,
@@ -324,30 +374,12 @@ class _Config:
     provider: MemoryProvider | None
     conv: Conv
     system_prompt: str | None
+    sending: TurnContext
     callbacks: Callbacks
     on_busy: str
     busy_timeout: float
     agent_name: str
     keyed: bool = False
-
-
-def _dangling(history: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """Tool calls of the last assistant message that no result answers, if only results
-    follow it: what a turn that died mid-loop leaves (healed with cancelled results)."""
-    for index in range(len(history) - 1, -1, -1):
-        message = history[index]
-        if message.get("role") == "tool":
-            continue
-        calls = message.get("tool_calls") or ()
-        if message.get("role") != "assistant" or not calls:
-            return []
-        answered = {m.get("tool_call_id") for m in history[index + 1 :]}
-        return [
-            (c["id"], str(c.get("function", {}).get("name", "")))
-            for c in calls
-            if c["id"] not in answered
-        ]
-    return []
 
 
 def _check_prompt(prompt: Any) -> str | None:

@@ -123,6 +123,19 @@ def check(store: str, nodes: int, cluster: str) -> None:
         raise CommandError("--cluster ray needs Ray: pip install 'otpmem[cluster]'")
 
 
+def check_in_process(store: str, *, budget: int | None, observe: bool) -> None:
+    """What works only where the agents run in this process: not with --store postgres,
+    whose agents run in node processes (not built for them yet: said, not ignored)."""
+    if kind_of(store) != POSTGRES:
+        return
+    for given, flag in ((budget is not None, "--budget-tokens"), (observe, "--observe/--live")):
+        if given:
+            raise CommandError(
+                f"{flag} watches the agents of this process; with --store postgres they run "
+                "in node processes, where it is not built yet: drop one of them"
+            )
+
+
 def dsn_of(store: str) -> str | None:
     """The DSN of ``postgres=DSN``; None for the embedded server."""
     return store.partition("=")[2] or None
@@ -131,6 +144,7 @@ def dsn_of(store: str) -> str | None:
 __all__ = [
     "StoreParam",
     "check",
+    "check_in_process",
     "dsn_of",
     "kind_of",
     "options",

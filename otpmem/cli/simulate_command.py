@@ -206,6 +206,26 @@ def print_report(report: SimulationReport, as_json: bool) -> None:
     help="SIGKILL this process after TURNS acknowledged turns: a crash drill, then --resume."
     "  [default: never]",
 )
+@click.option(
+    "--budget-tokens",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="A TokenBudget per conversation: an agent whose conversation has spent N tokens is "
+    "refused its next model call, and stops.  [default: no budget]",
+)
+@click.option(
+    "--observe",
+    "observe_port",
+    type=click.IntRange(0, 65535),
+    is_flag=False,
+    flag_value=0,
+    default=None,
+    metavar="[PORT]",
+    help="Serve the observer's live page of the run on 127.0.0.1:PORT (a free port if none "
+    "is given; its address is printed).  [default: off]",
+)
+@click.option("--live", is_flag=True, help="Draw the observer's live view on stderr (Rich).")
 @guarded
 def simulate(
     agents: int,
@@ -222,6 +242,9 @@ def simulate(
     no_progress: bool,
     report_path: Path | None,
     kill_self_after: int | None,
+    budget_tokens: int | None,
+    observe_port: int | None,
+    live: bool,
     store: str,
     nodes: int,
     cluster: str,
@@ -265,6 +288,9 @@ def simulate(
         assert data is not None
         flags = resumed_flags(data, flags, given)
     nodes_options.check(flags["store"], flags["nodes"], cluster)
+    nodes_options.check_in_process(
+        flags["store"], budget=budget_tokens, observe=observe_port is not None or live
+    )
     client = None
     if flags["model"] == "openai":
         from .model import openai_model, probe
@@ -274,7 +300,9 @@ def simulate(
     if data is None:
         data = Path(tempfile.mkdtemp(prefix="otpmem-sim-"))
         hint(f"running in a new temporary directory: {data}")
-    progress = make_progress(not no_progress and not as_json, time.monotonic())
+    from ..observe._cli import observing  # here: the other commands never load the observer
+
+    progress = make_progress(not no_progress and not as_json and not live, time.monotonic())
     common: dict[str, Any] = {
         "agents": flags["agents"],
         "turns": flags["turns"],
@@ -289,6 +317,7 @@ def simulate(
         "on_started": progress.start,
         "on_retry": hint,
         "model_info": _model_info(flags),
+        "budget_tokens": budget_tokens,
     }
     simulation: Simulation
     if nodes_options.kind_of(flags["store"]) == nodes_options.POSTGRES:
@@ -306,7 +335,8 @@ def simulate(
     else:
         simulation = Simulation(**common)
     try:
-        with stopping_on_ctrl_c(simulation):
+        with observing(observe_port, live, hint) as callbacks, stopping_on_ctrl_c(simulation):
+            simulation.callbacks = callbacks  # the agents' turns feed the observer's figures
             report = simulation.run()
     except ModelFailed as exc:
         what = "refused a turn" if not exc.error.retryable else "cannot be reached"

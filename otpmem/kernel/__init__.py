@@ -8,6 +8,7 @@ from .filters import (
     memory_filter,
     system_prompt_filter,
 )
+from .guard import guardrails_filter
 from .kernel import Kernel, KernelError, MaxToolIterations
 from .tools import Tool, encode_result, tool, tool_error, toolset
 
@@ -21,6 +22,7 @@ __all__ = [
     "Tool",
     "ToolRequest",
     "encode_result",
+    "guardrails_filter",
     "memory_filter",
     "system_prompt_filter",
     "tool",

@@ -63,6 +63,10 @@ class Filter:
     around_chat: Callable[[ChatRequest, ChatNext], tuple[ChatResponse, Context]] | None = None
     around_tool: Callable[[ToolRequest, ToolNext], str] | None = None
     memory: ChatMemory | None = None  # set by memory_filter: the kernel switches to delta mode
+    # Set by filters that must run before anything is stored (guardrails_filter): such a
+    # filter goes before any memory filter, and in delta mode the kernel uses the filter
+    # this returns instead (it sees the stored conversation plus the new messages).
+    before_memory: Callable[[], Filter] | None = None
 
 
 R = TypeVar("R")

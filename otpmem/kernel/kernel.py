@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..actors import blocking
-from ..llm import ChatModel, ChatResponse
+from ..llm import ChatModel, ChatResponse, Pricing
 from ..memory import valid_context
 from .filters import (
     ChatRequest,
@@ -63,6 +63,8 @@ class Kernel:
         filters: Iterable[Filter] = (),
         tools: Iterable[Callable[..., Any] | Tool] = (),
         max_tool_iterations: int = 10,
+        *,
+        pricing: Pricing | None = None,
     ) -> None:
         if not isinstance(llm, ChatModel):
             raise TypeError(f"llm must be a ChatModel (with chat(messages, tools)), got {llm!r}")
@@ -80,6 +82,13 @@ class Kernel:
         self.specs = [t.spec() for t in self.tools.values()] or None
         self.max_tool_iterations = max_tool_iterations
         self.memory = next((f.memory for f in self.filters if f.memory is not None), None)
+        self.filters = _placed(self.filters)
+        if pricing is not None and not isinstance(pricing, Pricing):
+            raise TypeError(f"pricing must be a Pricing, got {pricing!r}")
+        self.pricing = pricing
+        # The name prices are looked up by: the API's model name, else the model's name.
+        model = getattr(llm, "model", None)
+        self.model_name = model if isinstance(model, str) else getattr(llm, "name", None)
 
     def chat(
         self,
@@ -102,6 +111,10 @@ class Kernel:
                 response = blocking(self.llm.chat, sent, self.specs, **options)
             else:
                 response = self.llm.chat(sent, self.specs, **options)
+            if self.pricing is not None and response.usage is not None:
+                priced = self.pricing.priced(self.model_name, response.usage)
+                if priced is not None and "cost" in priced and "cost" not in response.usage:
+                    response = dataclasses.replace(response, usage=priced)
             return response, request.context
 
         request = ChatRequest(list(messages), context or Context(), options)
@@ -172,3 +185,21 @@ def _run_tool(request: ToolRequest) -> str:
     if tool.blocks:
         return blocking(tool.run, request.arguments)
     return tool.run(request.arguments)
+
+
+def _placed(filters: list[Filter]) -> list[Filter]:
+    """Filters that must run before anything is stored, checked to come before the memory
+    filter, and switched to their delta-mode form when one follows them."""
+    at = next((i for i, f in enumerate(filters) if f.memory is not None), None)
+    if at is None:
+        return filters
+    for late in filters[at + 1 :]:
+        if late.before_memory is not None:
+            raise ValueError(
+                f"the {late.name} filter must come before memory_filter (after it, the new "
+                "messages would be stored before it could refuse them)"
+            )
+    return [
+        f.before_memory() if f.before_memory is not None and i < at else f
+        for i, f in enumerate(filters)
+    ]

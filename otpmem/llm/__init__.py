@@ -2,6 +2,7 @@
 
 from .base import ChatModel, ChatResponse, ModelError
 from .openai import OpenAIClient
+from .pricing import Pricing, normalize_usage
 from .scripted import ScriptedModel, as_response, tool_call
 
 __all__ = [
@@ -9,7 +10,9 @@ __all__ = [
     "ChatResponse",
     "ModelError",
     "OpenAIClient",
+    "Pricing",
     "ScriptedModel",
     "as_response",
+    "normalize_usage",
     "tool_call",
 ]

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .pricing import normalize_usage
+
 
 @dataclass(frozen=True)
 class ChatResponse:
@@ -13,14 +15,18 @@ class ChatResponse:
 
     content: str | None = None
     tool_calls: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    usage: Mapping[str, int] | None = None
+    usage: Mapping[str, Any] | None = None
     finish_reason: str = "stop"
 
     def to_message(self) -> dict[str, Any]:
-        """The assistant message to store: text kept alongside any tool calls."""
+        """The assistant message to store: text kept alongside any tool calls, and the call's
+        usage in ``metadata.usage`` (what stores sum and budgets read)."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             message["tool_calls"] = [dict(call) for call in self.tool_calls]
+        usage = normalize_usage(self.usage)
+        if usage is not None:
+            message["metadata"] = {"usage": usage}
         return message
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from .base import ChatResponse, ModelError
+from .pricing import as_cost
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 WIRE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
@@ -166,11 +167,16 @@ def _parse(data: Any) -> ChatResponse:
         )
     usage = data.get("usage") or None
     if usage:
+        # The API's own names, the ones stores sum; a cost some gateways add is kept.
+        reported = usage
         usage = {
-            "input_tokens": int(usage.get("prompt_tokens") or 0),
-            "output_tokens": int(usage.get("completion_tokens") or 0),
-            "total_tokens": int(usage.get("total_tokens") or 0),
+            "prompt_tokens": int(reported.get("prompt_tokens") or 0),
+            "completion_tokens": int(reported.get("completion_tokens") or 0),
+            "total_tokens": int(reported.get("total_tokens") or 0),
         }
+        cost = as_cost(reported.get("cost"))
+        if cost is not None:
+            usage["cost"] = str(cost)
     return ChatResponse(
         content=message.get("content"),
         tool_calls=tuple(calls),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -46,6 +48,12 @@ class ScriptedModel:
 
     Every call is recorded in ``calls`` (a copy of the messages and tools it was sent).
     Thread-safe: agents sharing one model see one script.
+
+    A reply that scripts no ``usage`` gets one, as a provider would report it: the tokens
+    of what it was sent and of what it answered, counted as ``HeuristicCounter`` counts
+    them (chars / 4 plus 3 a message), so budgets and usage sums work offline and
+    deterministically. ``usage=False`` answers without usage; a ``ChatResponse`` reply is
+    returned as it is.
     """
 
     name = "scripted"
@@ -53,7 +61,10 @@ class ScriptedModel:
     def __init__(
         self,
         replies: Iterable[Reply] | Callable[[list[dict[str, Any]], Any], Reply],
+        *,
+        usage: bool = True,
     ) -> None:
+        self.usage = usage
         self._fn = _two_arguments(replies) if callable(replies) else None
         # A list of replies never blocks; a function may (tests hold turns with events).
         self.blocks = self._fn is not None
@@ -81,7 +92,42 @@ class ScriptedModel:
                         f"ScriptedModel ran out of replies after {len(self.calls) - 1} call(s)"
                     )
                 reply = self._replies.pop(0)
-        return as_response(reply)
+        if isinstance(reply, ChatResponse):
+            return reply  # the whole answer: usage=None means none was reported
+        response = as_response(reply)
+        if self.usage and response.usage is None:
+            prompt = sum(map(estimate_tokens, sent))
+            completion = estimate_tokens(response.to_message())
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+            response = dataclasses.replace(response, usage=usage)
+        return response
+
+
+def estimate_tokens(message: Mapping[str, Any]) -> int:
+    """The heuristic count of one message: 3 + ceil(chars / 4) of its texts and tool calls
+    (what ``otpmem.memory.HeuristicCounter`` counts; models sit below memory, so it is
+    restated here)."""
+    content = message.get("content")
+    chars = 0
+    if isinstance(content, str):
+        chars += len(content)
+    elif isinstance(content, list):
+        chars += sum(
+            len(part["text"])
+            for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            chars += len(str(function.get("name", ""))) + len(str(function.get("arguments", "")))
+    if isinstance(message.get("name"), str):
+        chars += len(message["name"])
+    return 3 + math.ceil(chars / 4)
 
 
 def _two_arguments(fn: Callable[..., Reply]) -> Callable[[list[dict[str, Any]], Any], Reply]:

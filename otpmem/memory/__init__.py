@@ -1,5 +1,24 @@
-"""Memory policy: providers over stores, id-safe windows, strategies, token counting."""
+"""Memory policy: providers over stores, id-safe windows, strategies, token counting;
+recall (a ranked index, hybrid memory) and bx-ai's memory API.
 
+The recall names and the facade's are imported on first use (``__getattr__`` below): they
+bring numpy, and an agent or the command that never recalls does without it (about 80 ms
+of ``import otpmem``). ``from otpmem.memory import HybridProvider`` works as usual.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .longterm import (
+    ExtractionFailed,
+    ExtractionReport,
+    FactExtractor,
+    LongTermMemory,
+    ModelFactExtractor,
+    RuleFactExtractor,
+)
 from .pipeline import PRESETS, Pipeline, PrepareReport
 from .provider import DefaultProvider, MemoryProvider, PipelineProvider
 from .strategies import (
@@ -22,31 +41,104 @@ from .tokens import (
 )
 from .window import CANCELLED, drop_orphans, is_pinned, safe_window, units, valid_context
 
+if TYPE_CHECKING:
+    from .facade import InvalidConfiguration, InvalidMemoryType, Memory, memory
+    from .recall import (
+        Embedder,
+        EmbedderError,
+        HashingEmbedder,
+        Hit,
+        HybridProvider,
+        OpenAIEmbedder,
+        RecallIndex,
+        RecallIndexHandle,
+        SentenceTransformerEmbedder,
+        ranked_search,
+    )
+    from .token_summary import TokenSummarization
+
+_LAZY = {
+    **dict.fromkeys(
+        [
+            "Embedder",
+            "EmbedderError",
+            "HashingEmbedder",
+            "Hit",
+            "HybridProvider",
+            "OpenAIEmbedder",
+            "RecallIndex",
+            "RecallIndexHandle",
+            "SentenceTransformerEmbedder",
+            "ranked_search",
+        ],
+        ".recall",
+    ),
+    **dict.fromkeys(["InvalidConfiguration", "InvalidMemoryType", "Memory", "memory"], ".facade"),
+    "TokenSummarization": ".token_summary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The recall and facade names, imported when first asked for (see the docstring)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included."""
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "CANCELLED",
     "DEFAULT_COUNTER",
     "PRESETS",
     "SUMMARY_PREFIX",
     "DefaultProvider",
+    "Embedder",
+    "EmbedderError",
+    "ExtractionFailed",
+    "ExtractionReport",
     "ExtractiveSummarizer",
+    "FactExtractor",
+    "HashingEmbedder",
     "HeuristicCounter",
+    "Hit",
+    "HybridProvider",
+    "InvalidConfiguration",
+    "InvalidMemoryType",
+    "LongTermMemory",
+    "Memory",
     "MemoryProvider",
+    "ModelFactExtractor",
     "ModelSummarizer",
+    "OpenAIEmbedder",
     "Pipeline",
     "PipelineProvider",
     "PrepareContext",
     "PrepareReport",
+    "RecallIndex",
+    "RecallIndexHandle",
+    "RuleFactExtractor",
+    "SentenceTransformerEmbedder",
     "SlidingWindow",
     "Strategy",
     "Summarization",
     "Summarizer",
     "TiktokenCounter",
     "TokenCounter",
+    "TokenSummarization",
     "TokenTruncation",
     "TokenizerUnavailable",
     "count_all",
     "drop_orphans",
     "is_pinned",
+    "memory",
+    "ranked_search",
     "safe_window",
     "tiktoken_counter",
     "units",

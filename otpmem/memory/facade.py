@@ -36,7 +36,6 @@ from .provider import DefaultProvider, MemoryProvider, PipelineProvider
 from .recall import Embedder, Hit, HybridProvider, RecallIndex, RecallIndexHandle, ranked_search
 from .strategies import Summarization
 from .summarizers import Summarizer
-from .token_summary import TokenSummarization
 
 
 class InvalidMemoryType(ValueError):
@@ -189,13 +188,15 @@ class Memory:
 
     def search(self, term: str, *, substring: bool = True, limit: int = 20) -> list[Any]:
         """bx-ai's search: case-insensitive substring (``substring=False``: ranked by BM25
-        when there is an index); hits name their position and message."""
+        when there is an index, the memory's or one attached to its store); hits name
+        their position and message."""
         if self.index is not None:
-            return ranked_search(self.index, term, conv=self.conv, limit=limit, substring=substring)
+            mode = "substring" if substring else "ranked"
+            return ranked_search(self.index, term, conv=self.conv, limit=limit, mode=mode)
         search: Callable[..., list[Any]] | None = getattr(self.store, "search", None)
         if search is None:
             raise InvalidConfiguration(f"{self.store!r} has no search; give the memory an index")
-        return search(term, conv=self.conv, limit=limit)
+        return search(term, conv=self.conv, limit=limit, mode="substring" if substring else None)
 
     def get_relevant(
         self,
@@ -365,7 +366,7 @@ def _summary_pipeline(config: Mapping[str, Any]) -> Pipeline:
                 "summary takes max_tokens or max_messages, not both (set max_messages=0 "
                 "to summarize by tokens)"
             )
-        return Pipeline([TokenSummarization(tokens, keep, summarizer)])
+        return Pipeline([Summarization(None, keep, summarizer, max_tokens=tokens)])
     count = _int(config, "max_messages", 20, 1)
     assert count is not None
     if keep >= count:

@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Conv, ConvLike, as_conv, is_pinned
 from ..stores import ChatMemory
+from .longterm import LongTermMemory
 from .pipeline import Pipeline, PrepareReport, report
 from .strategies import PrepareContext
 from .tokens import DEFAULT_COUNTER, TokenCounter
@@ -154,16 +155,28 @@ class PipelineProvider:
     need (a window's length, the messages no summary covers yet, a token budget's worth),
     not the whole conversation. ``prepare`` is pure: a rolling summary it makes is stored
     with the conversation's next ``append``, in the same write.
+
+    With ``long_term_memory``, ``prepare`` puts the user's profile and facts in front of
+    the pipeline's output (PhoenixAI's ``apply_memory(..., inject_long_term_memory=True)``).
     """
 
-    def __init__(self, store: ChatMemory, pipeline: Pipeline | str = "default") -> None:
+    def __init__(
+        self,
+        store: ChatMemory,
+        pipeline: Pipeline | str = "default",
+        *,
+        long_term_memory: LongTermMemory | None = None,
+    ) -> None:
         check_store(store)
         if isinstance(pipeline, str):
             pipeline = Pipeline.preset(pipeline)
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a Pipeline or a preset name, got {pipeline!r}")
+        if long_term_memory is not None and not isinstance(long_term_memory, LongTermMemory):
+            raise TypeError(f"long_term_memory must be a LongTermMemory, got {long_term_memory!r}")
         self.store = store
         self.pipeline = pipeline
+        self.long_term_memory = long_term_memory
         # conversation -> the summary its latest prepare rolled, stored with the next append
         self._pending: dict[Conv, dict[str, Any]] = {}
 
@@ -213,7 +226,10 @@ class PipelineProvider:
             self._pending[key] = summary
 
         # run, not explain: the report's token accounting would cost more than the pipeline
-        return self.pipeline.run(messages, key, keep, offset=getattr(messages, "offset", 0))
+        out = self.pipeline.run(messages, key, keep, offset=getattr(messages, "offset", 0))
+        if self.long_term_memory is not None:
+            return self.long_term_memory.inject(out, key.user_id)  # in front, never stored
+        return out
 
     def explain(
         self,

@@ -184,24 +184,37 @@ class TokenTruncation:
 class Summarization:
     """Fold aged messages into a rolling summary, stored as a pinned system message.
 
-    When ``threshold`` or more messages are not yet covered by a summary, all but the
-    newest ``keep_recent`` (moved back to a tool-group boundary) are summarized together
-    with the previous summary; the new summary records which messages it covers and which
-    summarizer made it, and is reused on later turns until ``threshold`` more pile up. If
-    the summarizer fails, the aged messages are dropped instead (pair-safe truncation) and
-    the report says so.
+    When ``threshold`` or more messages are not yet covered by a summary, or (with
+    ``max_tokens``, bx-ai's token trigger) when those messages cost more than
+    ``max_tokens``, all but the newest ``keep_recent`` (moved back to a tool-group
+    boundary) are summarized together with the previous summary; ``threshold=None`` rolls
+    by tokens alone. The new summary records which messages it covers and which summarizer
+    made it, and is reused on later turns until the trigger fires again. If the summarizer
+    fails, the aged messages are dropped instead (pair-safe truncation) and the report
+    says so.
     """
 
     def __init__(
         self,
-        threshold: int = 20,
+        threshold: int | None = 20,
         keep_recent: int = 10,
         summarizer: Summarizer | None = None,
         priority: int = 50,
+        max_tokens: int | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
-        if type(threshold) is not int or threshold < 1:
-            raise ValueError(f"Summarization.threshold must be an int >= 1, got {threshold!r}")
-        if type(keep_recent) is not int or not 0 <= keep_recent < threshold:
+        if threshold is not None and (type(threshold) is not int or threshold < 1):
+            raise ValueError(
+                f"Summarization.threshold must be None or an int >= 1, got {threshold!r}"
+            )
+        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
+            raise ValueError(
+                f"Summarization.max_tokens must be None or an int >= 1, got {max_tokens!r}"
+            )
+        if threshold is None and max_tokens is None:
+            raise ValueError("Summarization needs a threshold, a max_tokens, or both")
+        limit = threshold if threshold is not None else 2**62
+        if type(keep_recent) is not int or not 0 <= keep_recent < limit:
             raise ValueError(
                 f"Summarization.keep_recent must be an int in [0, threshold), got {keep_recent!r}"
             )
@@ -209,10 +222,22 @@ class Summarization:
         self.keep_recent = keep_recent
         self.summarizer = summarizer or ExtractiveSummarizer()
         self.priority = priority
+        self.max_tokens = max_tokens
+        self.counter = counter
         self.failures = 0
 
     def __repr__(self) -> str:
-        return f"Summarization(threshold={self.threshold}, keep_recent={self.keep_recent})"
+        tokens = "" if self.max_tokens is None else f", max_tokens={self.max_tokens}"
+        return f"Summarization(threshold={self.threshold}, keep_recent={self.keep_recent}{tokens})"
+
+    def due(self, fresh: Sequence[Mapping[str, Any]], context: PrepareContext) -> bool:
+        """Whether the messages no summary covers yet (``fresh``) trigger a roll."""
+        if self.threshold is not None and len(fresh) >= self.threshold:
+            return True
+        if self.max_tokens is None:
+            return False
+        count = (self.counter or context.counter).count
+        return sum(count(m) for m in fresh) > self.max_tokens
 
     def sees_enough(
         self,
@@ -247,7 +272,7 @@ class Summarization:
         if in_use:
             context.summary = previous
         fresh = messages[covered:]
-        if len(fresh) < self.threshold:
+        if not self.due(fresh, context):
             if in_use:
                 context.reasons.append(
                     f"{self!r}: reused the summary of messages [0, {offset + covered}); "

@@ -125,12 +125,13 @@ class ChatMemory(Protocol):
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One message that matched a search: where it is and how well it matched."""
+    """One message that matched a search: where it is and how well it matched (``score``:
+    the BM25 score of a ranked search, the occurrence count of a substring search)."""
 
     conv: Conv
     index: int
     message: dict[str, Any]
-    score: int
+    score: float
 
 
 def check_last(last: object) -> int | None:

@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, freeze_batch, short_repr
-from ._base import SearchHit, check_key
+from ._base import SearchHit, StoreError, check_key
 from ._documents import export_document, import_key, parse_import, rank_matches, search_scope
+from .ranking import attached as attached_index
 
 ImportEntry = tuple[Conv, list[FrozenDict], str | None]
 
@@ -110,13 +111,33 @@ class StoreClient:
         user_id: str | None = None,
         conv: ConvLike | None = None,
         limit: int = 20,
+        *,
+        mode: str | None = None,
+        timeout: float | None = 30.0,
     ) -> list[SearchHit]:
-        """Case-insensitive text search within one tenant, most matches first, then newest.
+        """Text search within one tenant, best first.
 
         The scope is ``user_id``'s conversations (None: those that belong to no user), or
-        just ``conv``; no search ever reads another user's messages.
+        just ``conv``; no search ever reads another user's messages. With a RecallIndex
+        attached to this store (``RecallIndex.start_link(store)`` attaches one; the
+        application attaches one to the default store) it is a query of that index, never
+        a scan: ``mode="ranked"`` (the default then) ranks by BM25 (``score``: the BM25
+        score), ``mode="substring"`` is bx-ai's case-insensitive substring search, most
+        occurrences first (``score``: their count), then newest. With no index attached it
+        is that substring search, as a scan of every message in the scope, and
+        ``mode="ranked"`` raises ``StoreError``.
         """
         owner, only = search_scope(user_id, conv)
+        if mode not in (None, "ranked", "substring"):
+            raise ValueError(f"mode must be None, 'ranked' or 'substring', got {short_repr(mode)}")
+        ranked = attached_index(self)
+        if ranked is not None:
+            return ranked(query, owner, only, limit, mode or "ranked", timeout)
+        if mode == "ranked":
+            raise StoreError(
+                "no RecallIndex is attached to this store, so there is no ranked search; "
+                "start one (RecallIndex.start_link(store)) or use mode='substring'"
+            )
         scope = (
             [only]
             if only is not None

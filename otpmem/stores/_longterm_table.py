@@ -9,7 +9,7 @@ in one ``Table.update``. Readers read them directly, as they read conversations.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Conv, ConvLike, as_conv
@@ -60,13 +60,21 @@ def usage_puts(
     if added == Usage():
         return {}
     user = conv.user_id
-    log = mapping.get(key("log", user))
+    log: tuple[list[Any], int] | None = mapping.get(key("log", user))
     entry = (time.time(), conv, added)
+    if log is None:
+        entries, n = [entry], 1
+    else:
+        # An append-only list under a (list, n) snapshot, as the messages are: readers never
+        # look past n, so an add costs one entry, not a copy of the user's whole log.
+        entries, n = log
+        del entries[n:]
+        entries.append(entry)
+        n += 1
     return {
         key("conv_usage", conv): mapping.get(key("conv_usage", conv), Usage()) + added,
         key("user_usage", user): mapping.get(key("user_usage", user), Usage()) + added,
-        # Readers hold the tuple they read; a new one replaces it in the same update.
-        key("log", user): (entry,) if log is None else (*log, entry),
+        key("log", user): (entries, n),
     }
 
 
@@ -167,7 +175,7 @@ def read_usage(mapping: Mapping[Any, Any], conv: Conv, since: float | None) -> U
     cleared = mapping.get(key("cleared", conv))
     if cleared is not None:
         since = max(since, cleared)
-    return _sum_log(mapping.get(key("log", conv.user_id), ()), since, conv)
+    return _sum_log(_entries(mapping.get(key("log", conv.user_id))), since, conv)
 
 
 def read_user_usage(mapping: Mapping[Any, Any], user_id: str, since: float | None) -> Usage:
@@ -177,7 +185,7 @@ def read_user_usage(mapping: Mapping[Any, Any], user_id: str, since: float | Non
     if since is None:
         total: Usage = mapping.get(key("user_usage", user_id), Usage())
         return total
-    return _sum_log(mapping.get(key("log", user_id), ()), since, None)
+    return _sum_log(_entries(mapping.get(key("log", user_id))), since, None)
 
 
 def read_cursor(mapping: Mapping[Any, Any], conv: Conv) -> int:
@@ -192,9 +200,19 @@ def read_jobs(mapping: Mapping[Any, Any]) -> list[tuple[Conv, int]]:
     return sorted(jobs.items())
 
 
-def _sum_log(log: Sequence[tuple[float, Conv, Usage]], since: float, conv: Conv | None) -> Usage:
+def _entries(log: tuple[list[Any], int] | None) -> Iterator[tuple[float, Conv, Usage]]:
+    """The usage log's entries a reader may see (the first n), newest first, uncopied."""
+    if log is None:
+        return iter(())
+    entries, n = log
+    return (entries[i] for i in range(n - 1, -1, -1))
+
+
+def _sum_log(
+    newest_first: Iterator[tuple[float, Conv, Usage]], since: float, conv: Conv | None
+) -> Usage:
     total = Usage()
-    for stamp, where, usage in reversed(log):  # newest first: stop at the window's start
+    for stamp, where, usage in newest_first:  # stop at the window's start
         if stamp < since:
             break
         if conv is None or where == conv:

@@ -21,8 +21,7 @@ from typing import Any
 
 import msgpack
 
-from ..actors import NO_REPLY, GenServer, Handle, InitFailed, blocking, on_exit
-from ..actors._node import current
+from ..actors import NO_REPLY, GenServer, blocking, on_exit
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
@@ -32,7 +31,7 @@ from ..messages import (
     is_summary,
     short_repr,
 )
-from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
+from ..supervisors import ChildSpec, SupervisorEvent
 from . import _leveldb_keys as keys
 from . import _leveldb_longterm as lt
 from ._base import (
@@ -47,6 +46,7 @@ from ._committer import MISSING, Committer, Op
 from ._leveldb_handle import READY_TIMEOUT, LevelDBStoreHandle
 from ._leveldb_open import ReadGate, ensure_layout, open_db
 from ._longterm_client import LONGTERM_KINDS, parse_longterm
+from ._supervised import spawn_store, supervised_store
 from .longterm import FactLimitReached
 
 __all__ = ["READY_TIMEOUT", "LevelDBStore", "LevelDBStoreHandle"]
@@ -96,19 +96,9 @@ class LevelDBStore(GenServer):
             raise TypeError(
                 f"lock_timeout must be a number of seconds, got {short_repr(lock_timeout)}"
             )
-        try:
-            handle = cls._spawn(
-                (os.fspath(path), sync, lock_timeout, create),
-                {},
-                current(),
-                name,
-                faults,
-                start_timeout,
-            )
-        except InitFailed as failure:
-            if isinstance(failure.reason, StoreError):
-                raise failure.reason from None
-            raise
+        handle = spawn_store(
+            cls, (os.fspath(path), sync, lock_timeout, create), name, faults, start_timeout
+        )
         assert isinstance(handle, LevelDBStoreHandle)
         return handle
 
@@ -131,17 +121,13 @@ class LevelDBStore(GenServer):
         ``listeners`` hear that supervisor, in every incarnation.
         """
         where = os.fspath(path)
-        listeners = list(listeners)
-
-        def start_supervisor() -> Handle:
-            return Supervisor.start_link(
-                [ChildSpec("store", start=lambda: cls.start_link(where, name=name, sync=sync))],
-                intensity=intensity,
-                period=period,
-                listeners=listeners,
-            )
-
-        return ChildSpec(child_id or name, start=start_supervisor, type="supervisor")
+        return supervised_store(
+            child_id or name,
+            lambda: cls.start_link(where, name=name, sync=sync),
+            intensity,
+            period,
+            listeners,
+        )
 
     def init(self, path: str, sync: bool, lock_timeout: float, create: bool = True) -> None:
         self.path = path

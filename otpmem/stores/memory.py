@@ -3,7 +3,9 @@
 The server owns the table and is its only writer, so two writers never interleave. Readers
 on any thread read the table directly, never queueing behind writes: each conversation is
 stored as an immutable snapshot ``(messages, n)`` over an append-only list, replaced on
-every write, so a reader sees either all of an ``add`` or none of it.
+every write, so a reader sees either all of an ``add`` or none of it. Each user's
+conversations are listed the same way, under a ``UserKey`` of the same table, so
+``conversations(user_id)`` costs that user's conversations, not everybody's.
 
 Under a supervisor the table outlives a crash of its owner: its heir (a ``TableKeeper``),
 or else the supervisor, keeps it and the restarted store adopts it, so no acknowledged
@@ -14,7 +16,7 @@ the store under its own supervisor, with a keeper beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..actors import (
@@ -54,13 +56,14 @@ from ._base import (
 )
 from ._client import StoreClient, parse_request
 from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from ._user_index import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
 from .longterm import FactLimitReached
 
 READY_TIMEOUT = 5.0
 # (messages, n, pinned positions, idempotency key -> position of its batch or None,
 #  how many pinned messages the n hold, superseded summaries included)
 _Snapshot = tuple[list[dict[str, Any]], int, tuple[int, ...], dict[str, int] | None, int]
-TableKey = Any  # a conversation (str or Conv), or a long-term record (see _longterm_table)
+TableKey = Any  # a conversation (str or Conv), a user's index, or a long-term record
 
 
 def table_key(conv: Conv) -> TableKey:
@@ -202,14 +205,23 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         return 0 if entry is None else entry[1]
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
-        """The conversations held: all of them, or one user's."""
+        """The conversations held: all of them, or one user's (from that user's index:
+        O(their conversations), whatever everybody else holds)."""
         check_user_id(user_id)
-        convs = [
-            Conv(None, k) if isinstance(k, str) else k
-            for k in list(self._mapping())
-            if not lt.is_longterm(k)
-        ]
-        return [c for c in convs if user_id is None or c.user_id == user_id]
+        mapping: Mapping[Any, Any] = self._mapping()
+        if user_id is None:
+            return [
+                Conv(None, k) if isinstance(k, str) else k
+                for k in list(mapping)
+                if type(k) is not UserKey and not lt.is_longterm(k)
+            ]
+        index: UserIndex | None = mapping.get(UserKey(user_id))
+        if index is None:
+            return []
+        convs, n = index
+        # A conversation is published before it is indexed and dropped before it is
+        # unlisted: the presence check hides the one being cleared.
+        return [c for c in convs[:n] if c in mapping]
 
 
 class MemoryStore(GenServer):
@@ -296,6 +308,10 @@ class MemoryStore(GenServer):
         # Without the heir's copy, new_table still adopts what our supervisor kept.
         self.table: Table[TableKey, _Snapshot] = claimed or new_table(table_name, heir=heir)
         self.adopted = claimed is not None or self.table.adopted
+        if self.adopted:
+            # An incarnation killed between a conversation's write and its index's left
+            # them apart: derive the index again from the conversations themselves.
+            reindex_users(self.table)
 
     def handle_call(self, message: Any) -> Any:
         if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
@@ -306,15 +322,18 @@ class MemoryStore(GenServer):
             self._append(conv, batch, key, follows)
         elif kind == "clear":
             mapping = self.table.mapping()
+            existed = table_key(arg) in mapping
             self.table.update(lt.clear_puts(mapping, arg), [table_key(arg), *lt.clear_deletes(arg)])
+            if existed and arg.user_id is not None:
+                unlist_conversation(self.table, arg)
         elif kind == "forget_user":
-            doomed = [
-                key
-                for key in self.table
-                if (type(key) is Conv and key.user_id == arg)
-                or (lt.is_longterm(key) and lt.owned_by(key, arg))
-            ]
-            self.table.update(lt.forget_puts(self.table.mapping(), arg), doomed)
+            users: Table[Any, Any] = self.table
+            index: UserIndex | None = users.pop(UserKey(arg), None)
+            convs = [] if index is None else index[0][: index[1]]
+            # Long-term records are few per user but not indexed by user: one scan, for a
+            # request as rare as this one.
+            records = [k for k in self.table if lt.is_longterm(k) and lt.owned_by(k, arg)]
+            self.table.update(lt.forget_puts(self.table.mapping(), arg), [*convs, *records])
         elif kind == "import":
             for conv, batch, key in arg:
                 self._append(conv, batch, key)
@@ -365,6 +384,8 @@ class MemoryStore(GenServer):
         puts: dict[Any, Any] = lt.usage_puts(self.table.mapping(), conv, batch)
         puts[key] = (messages, n + len(batch), pins, keys, pinned_count)
         self.table.update(puts)  # the messages and their usage sums in one step
+        if entry is None and conv.user_id is not None:
+            list_conversation(self.table, conv)  # after the snapshot: a listed conversation exists
 
     def _longterm(self, kind: str, arg: Any) -> Any:
         mapping: dict[Any, Any] = self.table.mapping()

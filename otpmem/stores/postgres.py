@@ -30,20 +30,17 @@ from typing import Any
 from ..actors import (
     GenServer,
     Handle,
-    InitFailed,
     NoProcess,
     blocking,
     on_exit,
 )
-from ..actors._node import current
 from ..actors.faults import FaultPlan
 from ..messages import InvalidMessage, short_repr
-from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
+from ..supervisors import ChildSpec, SupervisorEvent
 from ._base import (
     STORE_INTENSITY,
     STORE_PERIOD,
     ConversationCleared,
-    StoreError,
     StoreUnavailable,
 )
 from ._client import StoreClient, parse_request
@@ -51,6 +48,7 @@ from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
 from ._pg_reads import PostgresReads, compose
 from ._pg_schema import check_namespace, ensure_schema
 from ._pg_writes import Writes
+from ._supervised import spawn_store, supervised_store
 from .longterm import FactLimitReached
 
 logger = logging.getLogger("otpmem.stores")
@@ -156,14 +154,9 @@ class PostgresStore(GenServer):
             raise TypeError(f"dsn must be a str or None, got {short_repr(dsn)}")
         if type(pool_size) is not int or pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {short_repr(pool_size)}")
-        try:
-            handle = cls._spawn(
-                (dsn, namespace, pool_size, data_dir), {}, current(), name, faults, start_timeout
-            )
-        except InitFailed as failure:
-            if isinstance(failure.reason, StoreError):
-                raise failure.reason from None
-            raise
+        handle = spawn_store(
+            cls, (dsn, namespace, pool_size, data_dir), name, faults, start_timeout
+        )
         assert isinstance(handle, PostgresStoreHandle)
         return handle
 
@@ -184,22 +177,13 @@ class PostgresStore(GenServer):
         """A store named ``name`` under its own supervisor (child ``"store"``), as
         ``LevelDBStore.child_spec``: a lost connection restarts it with a fresh pool."""
         check_namespace(namespace)
-        listeners = list(listeners)
 
         def start_store() -> Handle:
             return cls.start_link(
                 dsn, namespace=namespace, name=name, pool_size=pool_size, data_dir=data_dir
             )
 
-        def start_supervisor() -> Handle:
-            return Supervisor.start_link(
-                [ChildSpec("store", start=start_store)],
-                intensity=intensity,
-                period=period,
-                listeners=listeners,
-            )
-
-        return ChildSpec(child_id or name, start=start_supervisor, type="supervisor")
+        return supervised_store(child_id or name, start_store, intensity, period, listeners)
 
     def init(
         self,

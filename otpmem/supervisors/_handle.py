@@ -73,6 +73,12 @@ class SupervisorHandle(Handle):
         """Stop sending events to ``listener``."""
         self.call(("unsubscribe", listener), timeout)
 
+    def info(self, timeout: float | None = QUERY_TIMEOUT) -> dict[str, Any]:
+        """Strategy, intensity, period, auto_shutdown, and ``restarts_in_period``: the
+        restarts the intensity window holds now (one more than ``intensity`` gives up)."""
+        result: dict[str, Any] = self.call(("info",), timeout)
+        return result
+
     def sync(self, timeout: float | None = QUERY_TIMEOUT) -> None:
         """Return once every message queued before this call has been handled."""
         self.call(("sync",), timeout)

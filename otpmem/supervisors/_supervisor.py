@@ -428,6 +428,17 @@ class Supervisor(GenServer):
     def _api_sync(self) -> None:
         return None
 
+    def _api_info(self) -> dict[str, Any]:
+        # For observers: the flags, and how much of the intensity the window holds now.
+        horizon = self.clock() - self.flags.period
+        return {
+            "strategy": self.flags.strategy,
+            "intensity": self.flags.intensity,
+            "period": self.flags.period,
+            "auto_shutdown": self.flags.auto_shutdown,
+            "restarts_in_period": sum(1 for t in self.restarts if t >= horizon),
+        }
+
     def _static_child(self, child_id: Hashable, operation: str | None = None) -> Child:
         if self.dynamic:
             raise SimpleOneForOneOnly(operation or "lookup by id")

@@ -16,38 +16,28 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from .base import Embedder, EmbedderError, noise_floor
 from .lexical import STOPWORDS
 
 Vector = Sequence[float] | npt.NDArray[np.float32]
 
+__all__ = [
+    "CACHE_WORDS",
+    "Embedder",
+    "EmbedderError",
+    "HashingEmbedder",
+    "SentenceTransformerEmbedder",
+    "as_matrix",
+    "noise_floor",
+]
+
 WORD = re.compile(r"(?u)\b\w\w+\b")
 CACHE_WORDS = 50_000
-
-
-class EmbedderError(RuntimeError):
-    """An embedder could not embed (server down, bad answer, model missing)."""
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into vectors of one fixed length ``dim``."""
-
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> Sequence[Vector]:
-        """One vector per text, in order."""
-
-
-def noise_floor(embedder: Embedder) -> float:
-    """The cosine below which the embedder's matches are noise: its ``noise_floor``
-    attribute if it has one (``HashingEmbedder``: 2/sqrt(dim)), else 0."""
-    floor = getattr(embedder, "noise_floor", 0.0)
-    return float(floor) if isinstance(floor, int | float) else 0.0
 
 
 class HashingEmbedder:

@@ -15,28 +15,14 @@ not, and ranks need no calibration between them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
-from ...messages import Conv, short_repr
+from .base import Filter, Hit, check_filter
 
 RRF_K = 60
 
-Filter = Mapping[str, Any] | Callable[[Mapping[str, Any]], bool]
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One recalled message: the message, its fused score in (0, 1], where it is."""
-
-    message: dict[str, Any]
-    score: float
-    conv: Conv
-    position: int
+__all__ = ["RRF_K", "Filter", "Hit", "best_first", "check_filter", "fused_scores", "ranks"]
 
 
 def ranks(scores: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
@@ -73,45 +59,3 @@ def best_first(scores: npt.NDArray[np.float64], floor: float, k: int | None = No
         chosen = chosen[scores[chosen] >= kth]
     order: list[int] = chosen[np.lexsort((-chosen, -scores[chosen]))].tolist()
     return order[:k] if k is not None else order
-
-
-def check_filter(given: object) -> Callable[[Mapping[str, Any]], bool] | None:
-    """Turn ``filter=`` into a predicate; ``ValueError`` naming what is wrong.
-
-    A mapping matches roles and metadata fields: ``{"role": "user"}`` or ``{"role":
-    ["user", "assistant"]}``, and every other key ``k: v`` means ``metadata[k] == v``
-    (``v`` a list, tuple or set: ``metadata[k]`` is one of them). A callable gets the
-    message and returns whether it may be recalled.
-    """
-    if given is None:
-        return None
-    if callable(given):
-        return given
-    if not isinstance(given, Mapping):
-        raise ValueError(f"filter must be a dict or a callable, got {short_repr(given)}")
-    wanted: dict[str, tuple[Any, ...]] = {}
-    for key, value in given.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"filter keys must be non-empty str, got {short_repr(key)}")
-        choices = tuple(value) if isinstance(value, list | tuple | set | frozenset) else (value,)
-        if key == "role":
-            bad = [r for r in choices if r not in ("system", "user", "assistant", "tool")]
-            if bad:
-                raise ValueError(f"filter role {short_repr(bad[0])} is not a message role")
-        wanted[key] = choices
-
-    def matches(message: Mapping[str, Any]) -> bool:
-        metadata = message.get("metadata")
-        for key, choices in wanted.items():
-            if key == "role":
-                if message.get("role") not in choices:
-                    return False
-            elif (
-                not isinstance(metadata, Mapping)
-                or key not in metadata
-                or metadata[key] not in choices
-            ):
-                return False
-        return True
-
-    return matches

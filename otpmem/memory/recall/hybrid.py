@@ -13,23 +13,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...messages import ConvLike, as_conv, short_repr, text_of
+from ...messages import ConvLike, as_conv, is_summary, short_repr, text_of
 from ...stores import ChatMemory
 from ..pipeline import Pipeline
 from ..provider import DefaultProvider
 from ..window import is_pinned, newest_user_index, units
-from .index import RecallIndexHandle
+from .handle import RecallIndexHandle
 
 Message = Mapping[str, Any]
-
-
-def _is_summary(message: Message) -> bool:
-    metadata = message.get("metadata")
-    return (
-        message.get("role") == "system"
-        and isinstance(metadata, Mapping)
-        and isinstance(metadata.get("summary"), Mapping)
-    )
 
 
 def _recallable(message: Mapping[str, Any]) -> bool:
@@ -112,12 +103,22 @@ class HybridProvider:
         return recent, min(self.semantic_limit, self.total_limit - recent)
 
     def history(self, conv: ConvLike) -> list[dict[str, Any]]:
-        """The newest messages (a tail read): the rest is recalled in ``prepare``."""
+        """The pinned messages and the newest ``recent_limit`` others, from one
+        ``store.window`` read (reaching back into a tool round): the rest is recalled in
+        ``prepare``."""
         return self._tail.history(conv)
 
-    def append(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Store ``messages`` (validated whole first); the index sees them on its next query."""
-        self.store.add(conv, messages)
+    def append(
+        self,
+        conv: ConvLike,
+        messages: Sequence[Mapping[str, Any]],
+        idempotency_key: str | None = None,
+        *,
+        follows: str | None = None,
+    ) -> None:
+        """Store ``messages`` (validated whole first; keys as ``ChatMemory.add`` takes them);
+        the index sees them on its next query."""
+        self.store.add(conv, messages, idempotency_key, follows=follows)
 
     def clear(self, conv: ConvLike) -> None:
         """Forget the conversation, in the store and in the index."""
@@ -126,19 +127,26 @@ class HybridProvider:
         self.index.forget(key)
 
     def pinned(self, conv: ConvLike, loaded: Sequence[Message]) -> list[Message]:
-        """The conversation's pinned messages, oldest first: the one place they come from.
+        """The conversation's pinned messages, oldest first, from the store's pinned index
+        (O(pinned), so a system message older than the loaded tail is still found), then
+        any pinned message given but not stored.
 
-        Today the index lists them (it holds the whole conversation, so a system message
-        older than the loaded tail is still found); a store's own pinned index can answer
-        here instead, with the same result.
+        Of the summaries only the store's newest counts: one in ``loaded`` that the index
+        does not list was superseded (a summary given but never stored counts only when
+        the store holds none).
         """
-        found = [m for _, m in self.index.pinned(conv)]
-        stored = set(map(id, found))
-        # A pinned message given but not (yet) stored still counts.
-        extra = [m for m in loaded if is_pinned(m) and id(m) not in stored and m not in found]
+        found: list[Message] = [m for _, m in self.store.pinned(conv)]
+        stored_summary = any(is_summary(m) for m in found)
+        extra = [
+            m
+            for m in loaded
+            if is_pinned(m)
+            and not (stored_summary and is_summary(m))
+            and not any(m is f or m == f for f in found)
+        ]
         pinned = found + extra
-        summaries = [m for m in pinned if _is_summary(m)]
-        return [m for m in pinned if not _is_summary(m) or m is summaries[-1]]
+        summaries = [m for m in pinned if is_summary(m)]
+        return [m for m in pinned if not is_summary(m) or m is summaries[-1]]
 
     def prepare(
         self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]

@@ -1,0 +1,192 @@
+"""Long-term memory and guardrail benchmarks: what facts and budgets cost a store and a turn.
+
+Each figure is printed next to a baseline measured in the same run (this shared box swings
+up to 2x between periods, perf_anchors.md): compare the paired ratios, never one absolute.
+
+1. ``save_fact`` against ``add`` and ``get_facts`` against ``get`` of the same store, on a
+   MemoryStore and a LevelDBStore (sync=True: every write fsynced, as the default). A
+   save_fact changes one of 20 keys (a real write: a new version, the old value to
+   history); an add appends one user message; get_facts reads the user's 20 facts, get the
+   newest 20 messages (``last=20``). Rotated chunks per repeat, ratios of the same repeat.
+2. A turn with long-term memory injected (a profile and 20 facts) and two guardrails (a
+   user TokenBudget and a user CostBudget, one usage read between them) against a plain
+   turn, and each part alone: ``Agent.run`` on a MemoryStore with ``DefaultProvider(window=
+   20)``, a ScriptedModel answering "ok". Goal: LTM + two guardrails <= 1.2 x plain.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from _common import ratio_summary, rotated, verdict
+
+from otpmem.agents import Agent
+from otpmem.guardrails import CostBudget, TokenBudget
+from otpmem.llm import ScriptedModel
+from otpmem.memory import DefaultProvider, LongTermMemory
+from otpmem.messages import Conv
+from otpmem.stores import Fact, LevelDBStore, MemoryStore, Profile
+
+FACTS = 20
+WINDOW = 20
+TEXT = (
+    "memory store actor supervisor restart message conversation user assistant tool call "
+    "reply process link monitor crash exit reason child spec strategy intensity period"
+)
+GOAL = 1.2
+
+
+def time_calls(call: Callable[[int], Any], n: int, start: int) -> float:
+    """Seconds per call of n calls ``call(start + i)``."""
+    t0 = time.perf_counter()
+    for i in range(start, start + n):
+        call(i)
+    return (time.perf_counter() - t0) / n
+
+
+def race(
+    contenders: dict[str, Callable[[int], Any]],
+    n: dict[str, int],
+    chunks: int,
+    repeats: int,
+    between: Callable[[], None] = lambda: None,
+) -> dict[str, list[float]]:
+    """Per repeat, the median chunk's seconds per call of every contender, rotated."""
+    counter = 0
+    for name, call in contenders.items():
+        time_calls(call, max(1, n[name] // 5), counter)  # warm-up
+        counter += n[name]
+    between()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for r in range(repeats):
+        per_chunk: dict[str, list[float]] = {name: [] for name in contenders}
+        for k in range(chunks):
+            for name in rotated(list(contenders), r + k):
+                per_chunk[name].append(time_calls(contenders[name], n[name], counter))
+                counter += n[name]
+                between()
+        for name in contenders:
+            times[name].append(statistics.median(per_chunk[name]))
+    return times
+
+
+def paired(times: dict[str, list[float]], a: str, b: str) -> list[float]:
+    """Time ratios a/b, per repeat."""
+    return [x / y for x, y in zip(times[a], times[b], strict=True)]
+
+
+def us(values: Sequence[float]) -> str:
+    """Median seconds as microseconds."""
+    return f"{statistics.median(values) * 1e6:.1f} us"
+
+
+def seed_facts(store: Any, user_id: str) -> None:
+    """A profile and FACTS facts for ``user_id``."""
+    store.save_facts(user_id, [Fact(user_id, f"k{i:02d}", f"value {i}") for i in range(FACTS)])
+    store.save_profile(Profile(user_id, "A developer in Lyon who likes short answers."))
+
+
+def bench_store(kind: str, store: Any, quick: bool) -> str:
+    """save_fact vs add, get_facts vs get(last=20), on one store."""
+    n = 40 if kind == "leveldb" and quick else (100 if kind == "leveldb" else 300)
+    chunks, repeats = (3, 3) if quick else (8, 5)
+    conv = Conv("bench", "c")
+    seed_facts(store, "bench")
+    store.add(conv, [{"role": "user", "content": TEXT} for _ in range(WINDOW)])
+    contenders: dict[str, Callable[[int], Any]] = {
+        "save_fact": lambda i: store.save_fact(Fact("bench", f"k{i % FACTS:02d}", f"v{i}")),
+        "add": lambda i: store.add(conv, [{"role": "user", "content": TEXT}]),
+        "get_facts": lambda i: store.get_facts("bench"),
+        "get": lambda i: store.get(conv, last=WINDOW),
+    }
+    reads = 10 * n
+    times = race(contenders, {"save_fact": n, "add": n, "get_facts": reads, "get": reads},
+                 chunks, repeats)  # fmt: skip
+    return (
+        f"{kind}: save_fact {us(times['save_fact'])} vs add {us(times['add'])}: "
+        f"save_fact/add = {ratio_summary(paired(times, 'save_fact', 'add'))} | get_facts "
+        f"({FACTS} facts) {us(times['get_facts'])} vs get(last={WINDOW}) {us(times['get'])}: "
+        f"get_facts/get = {ratio_summary(paired(times, 'get_facts', 'get'))} (paired per "
+        f"repeat, median [min..max] of {repeats} repeats, each the median of {chunks} "
+        "rotated chunks)"
+    )
+
+
+def bench_stores(quick: bool) -> list[str]:
+    """Both stores."""
+    lines = []
+    memory = MemoryStore.start_link()
+    try:
+        lines.append(bench_store("memory", memory, quick))
+    finally:
+        memory.stop()
+    tmp = Path(tempfile.mkdtemp(prefix="otpmem-bench-ltm-"))
+    disk = LevelDBStore.start_link(tmp / "db")
+    try:
+        lines.append(bench_store("leveldb", disk, quick))
+    finally:
+        disk.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return lines
+
+
+def bench_turns(quick: bool) -> list[str]:
+    """A plain turn against turns with injection, guardrails, and both."""
+    calls, chunks, repeats = (40, 4, 3) if quick else (100, 10, 5)
+    model = ScriptedModel(lambda messages: "ok")
+    budgets = [TokenBudget(10**12, scope="user"), CostBudget("1000000", scope="user")]
+    with ExitStack() as running:
+        store = MemoryStore.start_link()
+        running.callback(store.stop)
+        ltm = LongTermMemory(store)
+        agents = {}
+        for name, options in {
+            "plain": {},
+            "ltm": {"long_term_memory": ltm},
+            "guards": {"guardrails": budgets},
+            "both": {"long_term_memory": ltm, "guardrails": budgets},
+        }.items():
+            user_id = f"user-{name}"
+            seed_facts(store, user_id)
+            agent = Agent.start_link(llm=model, memory=DefaultProvider(store, window=WINDOW),
+                                     user_id=user_id, conversation_id=name, **options)  # fmt: skip
+            running.callback(agent.stop)
+            agents[name] = agent
+        contenders: dict[str, Callable[[int], Any]] = {
+            name: (lambda i, a=agent: a.run(TEXT)) for name, agent in agents.items()
+        }
+        times = race(contenders, dict.fromkeys(contenders, calls), chunks, repeats,
+                     between=model.calls.clear)  # fmt: skip
+        injected = sum(1 for m in store.get(Conv("user-both", "both")) if m["role"] == "system")
+    if injected:
+        raise AssertionError("injected context was stored")
+    both = paired(times, "both", "plain")
+    ok = statistics.median(both) <= GOAL
+    return [
+        f"turn with LTM injection (profile + {FACTS} facts) and two guardrails "
+        f"{us(times['both'])} vs plain turn {us(times['plain'])}: both/plain = "
+        f"{ratio_summary(both)} (goal <= {GOAL}x: {verdict(ok)}) | injection alone "
+        f"{ratio_summary(paired(times, 'ltm', 'plain'))} | two guardrails alone "
+        f"{ratio_summary(paired(times, 'guards', 'plain'))} (Agent.run, DefaultProvider("
+        f"MemoryStore, window={WINDOW}), ScriptedModel; paired per repeat, median [min..max] "
+        f"of {repeats} repeats, each the median of {chunks} rotated chunks of {calls})"
+    ]
+
+
+def main(quick: bool) -> list[str]:
+    """Run every long-term benchmark."""
+    return [*bench_stores(quick), *bench_turns(quick)]
+
+
+if __name__ == "__main__":
+    import sys
+
+    for result in main("--quick" in sys.argv):
+        print(result)

@@ -1,0 +1,29 @@
+"""Long-term memory: facts and profiles per user, extracted and injected (seed 004)."""
+
+from .extractors import (
+    Decision,
+    ExtractionFailed,
+    FactExtractor,
+    ModelFactExtractor,
+    RuleFactExtractor,
+    extraction_prompt,
+    parse_decisions,
+)
+from .inject import is_injected
+from .ltm import ExtractionBusy, ExtractionReport, LongTermMemory
+from .server import ExtractionServer
+
+__all__ = [
+    "Decision",
+    "ExtractionBusy",
+    "ExtractionFailed",
+    "ExtractionReport",
+    "ExtractionServer",
+    "FactExtractor",
+    "LongTermMemory",
+    "ModelFactExtractor",
+    "RuleFactExtractor",
+    "extraction_prompt",
+    "is_injected",
+    "parse_decisions",
+]

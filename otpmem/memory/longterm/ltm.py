@@ -1,0 +1,401 @@
+"""LongTermMemory: per-user facts and a profile, extracted from conversations and put in
+front of the history the model is sent (seed 004's long-term memory, every key wired).
+
+::
+
+    ltm = LongTermMemory(store, RuleFactExtractor(), trigger="per_turn")
+    agent = Agent.start_link(llm=model, memory={"store": store}, user_id="ann",
+                             long_term_memory=ltm)
+    agent.run("My name is Ann and I live in Lyon.")
+    store.get_facts("ann")   # [Fact(key="location", value="Lyon"), Fact(key="name", ...)]
+
+Extraction reads only the messages after the conversation's durable cursor, and saves the
+facts it decided and the moved cursor in ONE ``save_facts`` write: a crash before it
+changes nothing (the messages are extracted again), a crash after it leaves nothing to
+repeat. ``mode="async"`` hands extractions to a supervised ``ExtractionServer`` through
+the store's durable job list (``request_extraction``), so a kill loses none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ...actors import Event, blocking
+from ...llm import ChatModel
+from ...messages import Conv, ConvLike, as_conv, short_repr
+from ...stores import MAX_FACTS_PER_USER, ChatMemory, Fact, FactLimitReached, LongTermStore, Profile
+from ..tokens import DEFAULT_COUNTER, TokenCounter
+from .extractors import Decision, ExtractionFailed, FactExtractor
+from .inject import render
+from .profile import update_profile
+from .server import start_server
+
+logger = logging.getLogger("otpmem.memory")
+
+RENDER_CACHE = 4096
+"""How many users' rendered context a LongTermMemory keeps (all dropped when full)."""
+TRIGGERS = ("manual", "per_turn", "on_close")
+MODES = ("sync", "async")
+T = TypeVar("T")
+
+
+class ExtractionBusy(RuntimeError):
+    """Another extraction of the conversation did not finish within the timeout."""
+
+
+@dataclass
+class ExtractionReport:
+    """What one ``extract`` did: messages ``start..end`` processed (the cursor is now
+    ``end``), the facts saved, keys deleted or confirmed, new keys refused at the cap,
+    unusable decisions skipped, and the error that changed nothing, if any."""
+
+    conv: Conv
+    start: int = 0
+    end: int = 0
+    saved: list[Fact] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    skipped: list[Decision] = field(default_factory=list)
+    error: str | None = None
+    queued: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing went wrong (a queued extraction has not run yet)."""
+        return self.error is None
+
+    @property
+    def processed(self) -> int:
+        """How many messages this extraction moved the cursor over."""
+        return self.end - self.start
+
+
+class _Claims:
+    """One extraction per conversation at a time in this process: two that overlapped
+    would read one cursor and could move it back (a repeat). Waits suspend a process,
+    never its scheduler thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[Conv, list[Event]] = {}
+
+    @contextmanager
+    def hold(self, conv: Conv, timeout: float) -> Iterator[None]:
+        """Hold ``conv`` for the block; ``ExtractionBusy`` after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                waiters = self._held.get(conv)
+                if waiters is None:
+                    self._held[conv] = []
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ExtractionBusy(f"another extraction of {conv} is still running")
+                freed = Event()
+                waiters.append(freed)
+            freed.wait(remaining)
+        try:
+            yield
+        finally:
+            with self._lock:
+                for freed in self._held.pop(conv, []):
+                    freed.set()
+
+
+def _choice(value: object, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return str(value)
+
+
+def _positive_int(value: object, what: str) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{what} must be an int >= 1, got {short_repr(value)}")
+    return value
+
+
+def check_store(store: object) -> Any:
+    """``store`` if it keeps conversations and long-term records, else a TypeError."""
+    if not isinstance(store, ChatMemory) or not isinstance(store, LongTermStore):
+        raise TypeError(
+            f"long-term memory needs a store that keeps facts, profiles and cursors "
+            f"(otpmem.stores.LongTermStore), got {short_repr(store)}"
+        )
+    return store
+
+
+class LongTermMemory:
+    """Facts and profiles per user: extracted per ``trigger``, injected before the history.
+
+    ``trigger``: ``"manual"`` (call ``extract``), ``"per_turn"`` (after every turn of an
+    agent), ``"on_close"`` (when the agent stops). ``mode="async"`` runs extractions in a
+    supervised server (under ``supervisor``, else under the running application, else
+    unsupervised with a warning); stop it with ``close()``. ``inject``: put the profile and
+    the facts in front of every context, at most ``inject_max_tokens`` of them, the most
+    recently updated facts first. ``max_facts_per_user``: at the cap a new key is refused
+    and reported (``ExtractionReport.refused``), or with ``evict`` replaces the least
+    recently updated fact.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        extractor: FactExtractor | None = None,
+        *,
+        trigger: str = "manual",
+        mode: str = "sync",
+        inject: bool = True,
+        max_facts_per_user: int = MAX_FACTS_PER_USER,
+        evict: bool = False,
+        inject_max_tokens: int = 1000,
+        counter: TokenCounter | None = None,
+        batch: int = 100,
+        supervisor: Any = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.store = check_store(store)
+        if extractor is not None and not isinstance(extractor, FactExtractor):
+            raise TypeError(
+                f"extractor must be a FactExtractor (extract(messages, known)), "
+                f"got {short_repr(extractor)}"
+            )
+        self.extractor = extractor
+        self.trigger = _choice(trigger, TRIGGERS, "trigger")
+        self.mode = _choice(mode, MODES, "mode")
+        if extractor is None and (self.trigger != "manual" or self.mode == "async"):
+            raise ValueError(
+                f"trigger={self.trigger!r}, mode={self.mode!r} extract facts: give an "
+                "extractor (RuleFactExtractor() offline, ModelFactExtractor(llm))"
+            )
+        if not isinstance(inject, bool) or not isinstance(evict, bool):
+            raise TypeError("inject and evict are bools")
+        self.inject_enabled = inject
+        self.evict = evict
+        self.max_facts = _positive_int(max_facts_per_user, "max_facts_per_user")
+        self.inject_max_tokens = _positive_int(inject_max_tokens, "inject_max_tokens")
+        if counter is not None and not isinstance(counter, TokenCounter):
+            raise TypeError(f"counter must be a TokenCounter, got {short_repr(counter)}")
+        self.counter = counter or DEFAULT_COUNTER
+        self.batch = _positive_int(batch, "batch")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+        self._claims = _Claims()
+        self._rendered: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
+        self.server: Any = None
+        if self.mode == "async":
+            self.server = start_server(self, supervisor)
+
+    def __repr__(self) -> str:
+        return (
+            f"LongTermMemory({self.store!r}, {self.extractor!r}, trigger={self.trigger!r}, "
+            f"mode={self.mode!r})"
+        )
+
+    # -- extraction ------------------------------------------------------------------------
+
+    def extract(self, conv: ConvLike) -> ExtractionReport:
+        """Extract facts from the conversation's messages after its cursor: now (sync), or
+        queued durably for the extraction server (async; the report says ``queued``)."""
+        key = user_conv(conv)
+        if self.server is None:
+            return self.extract_now(key)
+        total = self.store.count(key)
+        if total > self.store.extraction_cursor(key):
+            self.store.request_extraction(key, total)  # durable before we answer
+            self.server.request(key, total)
+        return ExtractionReport(key, queued=True)
+
+    def extract_now(self, conv: ConvLike) -> ExtractionReport:
+        """Extract here and now, in batches of ``batch`` messages, until caught up."""
+        if self.extractor is None:
+            raise ValueError("this LongTermMemory has no extractor: give it one to extract")
+        key = user_conv(conv)
+        with self._claims.hold(key, self.timeout):
+            report = last = self._one_batch(key)
+            while last.ok and last.processed == self.batch:
+                last = self._one_batch(key)
+                report = _merged(report, last)
+        return report
+
+    def notify(self, event: str, conv: ConvLike) -> ExtractionReport | None:
+        """What an agent calls after a turn (``"turn"``) and when it stops (``"close"``):
+        extraction per the trigger. Never raises: a failure is logged and reported."""
+        wanted = {"turn": "per_turn", "close": "on_close"}.get(event)
+        if wanted is None or wanted != self.trigger:
+            return None
+        try:
+            report = self.extract(conv)
+        except Exception as exc:
+            logger.exception("long-term extraction of %s after %s failed", conv, event)
+            return ExtractionReport(as_conv(conv), error=f"{type(exc).__name__}: {exc}")
+        if report.error is not None:
+            logger.warning("long-term extraction of %s: %s", report.conv, report.error)
+        return report
+
+    def flush(self, timeout: float = 30.0) -> dict[Conv, str]:
+        """Async: wait until the server has no queued extraction; return the ones that
+        failed (conversation -> error; they stay pending). Sync: nothing to wait for."""
+        if self.server is None:
+            return {}
+        failed: dict[Conv, str] = self.server.flush(timeout)
+        return failed
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the extraction server (async); pending extractions stay in the store."""
+        server, self.server = self.server, None
+        if server is not None:
+            server.shutdown(timeout)
+
+    def _one_batch(self, conv: Conv) -> ExtractionReport:
+        store, user = self.store, conv.user_id
+        assert user is not None
+        cursor = store.extraction_cursor(conv)
+        new, end = self._new_messages(conv, cursor)
+        report = ExtractionReport(conv, cursor, cursor)
+        if not new:
+            return report
+        known: list[Fact] = store.get_facts(user)
+        assert self.extractor is not None
+        try:
+            decisions = self._run(self.extractor.extract, new, known)
+        except ExtractionFailed as exc:
+            report.error = str(exc)
+            return report
+        facts: list[Fact] = []
+        deletes: list[str] = []
+        for decision in decisions:
+            if decision.action in ("ADD", "UPDATE") and decision.value is not None:
+                at = end - 1 if decision.index is None else cursor + decision.index
+                facts.append(Fact(user, decision.key, decision.value, source=(conv, at)))
+            elif decision.action == "DELETE":
+                deletes.append(decision.key)
+            elif decision.action == "SKIP":
+                report.skipped.append(decision)
+            else:
+                report.unchanged.append(decision.key)
+        facts, report.refused = self._fit(facts, known)
+        try:
+            report.saved = store.save_facts(
+                user,
+                facts,
+                deletes,
+                cursor=(conv, end),
+                max_facts=self.max_facts,
+                evict=self.evict,
+            )
+        except FactLimitReached as exc:  # another writer filled the cap meanwhile
+            report.error = str(exc)
+            return report
+        report.deleted, report.end = deletes, end
+        if report.refused:
+            logger.warning(
+                "user %r is at max_facts_per_user=%d: new facts %s were refused",
+                user,
+                self.max_facts,
+                report.refused,
+            )
+        return report
+
+    def _new_messages(self, conv: Conv, cursor: int) -> tuple[list[dict[str, Any]], int]:
+        """The messages from ``cursor`` on (at most ``batch``), and where they end."""
+        total = self.store.count(conv)
+        want = total - cursor
+        while want > 0:
+            stored = self.store.window(conv, want)
+            if stored.total <= cursor:
+                break
+            if stored.start <= cursor:
+                new = stored.tail[cursor - stored.start :][: self.batch]
+                return new, cursor + len(new)
+            want = stored.total - cursor  # messages came in between: read further back
+        return [], cursor
+
+    def _fit(self, facts: list[Fact], known: Sequence[Fact]) -> tuple[list[Fact], list[str]]:
+        """The facts that fit under the cap, and the new keys refused (none with evict)."""
+        keys = {f.key for f in known}
+        new = [f.key for f in facts if f.key not in keys]
+        room = max(0, self.max_facts - len(keys))
+        if self.evict or len(new) <= room:
+            return facts, []
+        refused = set(new[room:])
+        return [f for f in facts if f.key not in refused], new[room:]
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        # A model call holds its thread for seconds: off the schedulers with it.
+        if getattr(self.extractor, "blocks", True):
+            return blocking(fn, *args)
+        return fn(*args)
+
+    # -- injection -------------------------------------------------------------------------
+
+    def context(self, user_id: str | None) -> list[dict[str, Any]]:
+        """The pinned system messages that carry the user's profile and facts (none for
+        no user, or with ``inject=False``), within ``inject_max_tokens``."""
+        if user_id is None or not self.inject_enabled:
+            return []
+        profile = self.store.get_profile(user_id)
+        facts = self.store.get_facts(user_id)
+        # Rendering counts tokens line by line; what it renders changes only with a write,
+        # and a write changes a version or a time: render once per state, not per call.
+        state = (
+            None if profile is None else (profile.summary, profile.updated_at),
+            tuple((f.key, f.version, f.updated_at) for f in facts),
+        )
+        cached = self._rendered.get(user_id)
+        if cached is None or cached[0] != state:
+            if len(self._rendered) >= RENDER_CACHE:
+                self._rendered.clear()
+            cached = self._rendered[user_id] = (
+                state,
+                render(profile, facts, self.inject_max_tokens, self.counter),
+            )
+        return [dict(message) for message in cached[1]]
+
+    def inject(
+        self, messages: Sequence[Mapping[str, Any]], user_id: str | None
+    ) -> list[Mapping[str, Any]]:
+        """``messages`` with the user's long-term context in front (never stored)."""
+        found = self.context(user_id)
+        return [*found, *messages] if found else list(messages)
+
+    # -- profiles --------------------------------------------------------------------------
+
+    def update_profile(self, user_id: str, llm: ChatModel) -> Profile:
+        """Ask ``llm`` for a new profile from the user's facts (and current profile); save
+        and return it. A reply that is not ``{"summary", "metadata"}`` raises
+        ``ExtractionFailed`` and saves nothing."""
+        return update_profile(self.store, user_id, llm)
+
+
+def user_conv(conv: ConvLike) -> Conv:
+    """The conversation, which must belong to a user: long-term memory is per user."""
+    key = as_conv(conv)
+    if key.user_id is None:
+        raise ValueError(
+            f"long-term memory is kept per user, and {key} has no user_id: "
+            "use Conv(user_id, conversation_id)"
+        )
+    return key
+
+
+def _merged(first: ExtractionReport, then: ExtractionReport) -> ExtractionReport:
+    return ExtractionReport(
+        first.conv,
+        first.start,
+        then.end if then.processed else first.end,
+        [*first.saved, *then.saved],
+        [*first.deleted, *then.deleted],
+        [*first.unchanged, *then.unchanged],
+        [*first.refused, *then.refused],
+        [*first.skipped, *then.skipped],
+        then.error,
+    )

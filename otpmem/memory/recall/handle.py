@@ -1,0 +1,163 @@
+"""The client side of a RecallIndex: its handle, the checks run in the caller's thread,
+and ``ranked_search`` (``store.search``'s contract answered by an index).
+
+Every argument is checked here, before a call is sent, so a bad one raises in the caller
+and never reaches (or crashes) the server; the server trusts what a handle sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...actors import Handle
+from ...messages import Conv, ConvLike, as_conv, check_user_id, short_repr
+from ...stores import SearchHit
+from .base import Filter, Hit, check_filter
+
+Owner = str | None
+
+SEARCH_MODES = ("ranked", "substring")
+
+
+def check_scope(user_id: object, conversation: ConvLike | None) -> tuple[Owner, Conv | None]:
+    """(the tenant, the one conversation or None); a conversation must be ``user_id``'s."""
+    owner = check_user_id(user_id)
+    if conversation is None:
+        return owner, None
+    key = as_conv(conversation)
+    if user_id is not None and key.user_id != owner:
+        raise ValueError(
+            f"conversation {key.conversation_id!r} belongs to {key.user_id!r}, not {owner!r}"
+        )
+    return key.user_id, key
+
+
+def check_query(query: object, limit: object, min_score: object) -> tuple[str, int, float]:
+    """``get_relevant``'s query, limit and min_score, checked; ``ValueError`` names the field."""
+    if not isinstance(query, str):
+        raise ValueError(f"a query must be a str, got {short_repr(query)}")
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, got {short_repr(limit)}")
+    if isinstance(min_score, bool) or not isinstance(min_score, int | float):
+        raise ValueError(f"min_score must be a number in [0, 1], got {short_repr(min_score)}")
+    if not 0.0 <= float(min_score) <= 1.0:
+        raise ValueError(f"min_score must be in [0, 1] (scores are), got {min_score!r}")
+    return query, limit, float(min_score)
+
+
+class RecallIndexHandle(Handle):
+    """The client face of a RecallIndex: every method is a call with a timeout."""
+
+    __slots__ = ()
+
+    def get_relevant(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        conversation: ConvLike | None = None,
+        limit: int = 5,
+        min_score: float = 0.0,
+        filter: Filter | None = None,
+        distinct: bool = True,
+        timeout: float | None = 30.0,
+    ) -> list[Hit]:
+        """The ``limit`` messages most relevant to ``query`` within one tenant, best first.
+
+        The scope is ``user_id``'s conversations (None: those of no user), or just
+        ``conversation``. Scores are fused ranks in (0, 1] (see ``fusion``); ``min_score``
+        drops lower ones; ``filter`` keeps roles and metadata fields (``check_filter``).
+        With ``distinct`` (the default) messages of the same role and text count once, as
+        their best-ranked (newest) copy: ten copies of "thanks!" would tell nothing more
+        than one and take the places of ten other messages.
+        """
+        owner, only = check_scope(user_id, conversation)
+        text, limit, floor = check_query(query, limit, min_score)
+        predicate = check_filter(filter)
+        if type(distinct) is not bool:
+            raise ValueError(f"distinct must be True or False, got {short_repr(distinct)}")
+        hits: list[Hit] = self.call(
+            ("relevant", owner, only, text, limit, floor, predicate, distinct), timeout
+        )
+        return hits
+
+    def search(
+        self,
+        query: str,
+        user_id: str | None = None,
+        conv: ConvLike | None = None,
+        limit: int = 20,
+        *,
+        mode: str = "ranked",
+        timeout: float | None = 30.0,
+    ) -> list[SearchHit]:
+        """``store.search``'s contract as a query of this index (see ``ranked_search``)."""
+        return ranked_search(self, query, user_id, conv, limit, mode=mode, timeout=timeout)
+
+    def group(
+        self, conversation: ConvLike, position: int, timeout: float | None = 30.0
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """The span a cut may not split that holds ``position``: the message alone, or its
+        whole tool group (the calling assistant message and its results); [] for a tool
+        result with no call in front of it."""
+        if type(position) is not int or position < 0:
+            raise ValueError(f"position must be an int >= 0, got {short_repr(position)}")
+        found: list[tuple[int, dict[str, Any]]] = self.call(
+            ("group", as_conv(conversation), position), timeout
+        )
+        return found
+
+    def refresh(
+        self,
+        user_id: str | None = None,
+        conversation: ConvLike | None = None,
+        timeout: float | None = 300.0,
+    ) -> int:
+        """Catch up on one tenant (or conversation) now; return its indexed message count."""
+        owner, only = check_scope(user_id, conversation)
+        count: int = self.call(("refresh", owner, only), timeout)
+        return count
+
+    def forget(self, conversation: ConvLike, timeout: float | None = 30.0) -> None:
+        """Drop a conversation from the index now (after clearing it in the store)."""
+        self.call(("forget", as_conv(conversation)), timeout)
+
+    def forget_user(self, user_id: str, timeout: float | None = 30.0) -> None:
+        """Drop every conversation of ``user_id`` from the index now."""
+        if user_id is None:
+            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
+        self.call(("forget_user", check_user_id(user_id)), timeout)
+
+    def stats(self, timeout: float | None = 30.0) -> dict[str, Any]:
+        """What is indexed: tenants, conversations, live and dead documents."""
+        result: dict[str, Any] = self.call(("stats",), timeout)
+        return result
+
+
+def ranked_search(
+    index: RecallIndexHandle,
+    query: str,
+    user_id: str | None = None,
+    conv: ConvLike | None = None,
+    limit: int = 20,
+    *,
+    mode: str = "ranked",
+    timeout: float | None = 30.0,
+) -> list[SearchHit]:
+    """``StoreClient.search``'s signature and scope, answered by the index, never a scan.
+
+    ``mode="ranked"``: by BM25, best first (``SearchHit.score`` is the message's BM25
+    score, a float; ties go to the newer message). ``mode="substring"``: bx-ai's semantics,
+    case-insensitive substring, most occurrences first (``score`` is the count), then
+    newest, over the tenant's indexed messages.
+    """
+    owner, only = check_scope(user_id, conv)
+    if not isinstance(query, str) or not query:
+        raise ValueError(f"a search query must be a non-empty str, got {short_repr(query)}")
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, got {short_repr(limit)}")
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"mode must be one of {SEARCH_MODES}, got {short_repr(mode)}")
+    kind = "substring" if mode == "substring" else "lexical"
+    hits: list[SearchHit] = index.call((kind, owner, only, query, limit), timeout)
+    return hits
