@@ -18,7 +18,6 @@ SIGKILLs it: a node never outlives its run), or ``run_node(config, stop)`` in a 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import queue
@@ -26,13 +25,13 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import simulate
 from ._sim_files import Ledger
-from ._sim_model import ModelFailed, add, scripted_arithmetic
+from ._sim_model import add, scripted_arithmetic
+from ._sim_node_config import NodeConfig, ledger_path, write_summary
 from ._sim_timeline import Timeline
 from .agents import AgentHandle
 from .app import start, start_agent
@@ -43,51 +42,6 @@ from .stores._pg_leases import Heartbeat, Lease, Leases
 
 EXIT_MODEL_FAILED = 3
 EXIT_UNAVAILABLE = 2
-NODE_FAULTS = simulate.FAULTS  # in the node; the coordinator adds kill_node
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    """What a node needs to know: its place in the run, the database, the run's size."""
-
-    index: int
-    nodes: int
-    node_id: str
-    dsn: str
-    namespace: str
-    agents: int
-    turns: int
-    data_dir: str
-    chaos: float = 0.0
-    seed: int = 0
-    workers: int = 8
-    lease_ttl: float = 2.0
-    incarnation: int = 0
-    model: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
-
-    def dumps(self) -> str:
-        """One JSON line."""
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def loads(cls, text: str) -> NodeConfig:
-        """The config ``dumps`` wrote."""
-        return cls(**json.loads(text))
-
-    @property
-    def share(self) -> list[int]:
-        """The agents this node claims first."""
-        return list(range(self.index, self.agents, self.nodes))
-
-
-def ledger_path(data_dir: str | Path, node_id: str) -> Path:
-    """Where a node writes the turns it acknowledged."""
-    return Path(data_dir) / f"ledger-{node_id}.jsonl"
-
-
-def summary_path(data_dir: str | Path, node_id: str) -> Path:
-    """Where a node that ends (not one that is killed) writes what it did."""
-    return Path(data_dir) / "nodes" / f"{node_id}.json"
 
 
 def _index(conv_id: str) -> int:
@@ -372,15 +326,6 @@ def _model(info: dict[str, str]) -> ChatModel:
     )
 
 
-def write_summary(config: NodeConfig, summary: dict[str, Any]) -> None:
-    """The node's summary, written whole (a kill mid-write leaves no file, never half)."""
-    path = summary_path(config.data_dir, config.node_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(summary), encoding="utf-8")
-    os.replace(partial, path)
-
-
 def run_node(config: NodeConfig, stop: threading.Event) -> int:
     """Run one node to its end; its exit status (0 done or stopped, 2 no database, 3 the
     model failed, 1 a worker's error)."""
@@ -425,4 +370,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["ModelFailed", "NodeConfig", "NodeSimulation", "ledger_path", "run_node"]
+__all__ = ["NodeSimulation", "run_node"]

@@ -27,7 +27,8 @@ from typing import Any
 
 from ._sim_files import Ledger, RunParams, RunRefused, check_run_directory, ledger_paths
 from ._sim_model import ModelFailed
-from ._sim_node import EXIT_MODEL_FAILED, NodeConfig, summary_path
+from ._sim_node import EXIT_MODEL_FAILED
+from ._sim_node_config import NodeConfig, summary_path
 from ._sim_placement import Placement, placement
 from ._sim_timeline import Timeline
 from .llm import ModelError

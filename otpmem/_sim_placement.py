@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ._sim_files import RunRefused
-from ._sim_node import NodeConfig, run_node
+from ._sim_node import run_node
+from ._sim_node_config import NodeConfig
 
 KILLED = -signal.SIGKILL
 RAY_TIMEOUT = 60.0
