@@ -44,19 +44,20 @@ NODE_STOP_TIMEOUT = 60.0
 def embedded_server(where: Path) -> Iterator[str]:
     """PostgreSQL (pgserver) under ``where`` for the block; its DSN. Stopped at the end
     unless another process still uses it."""
-    try:
-        import pgserver
-    except ImportError:
-        raise StoreUnavailable(
-            "--store postgres without a DSN runs an embedded PostgreSQL: "
-            "pip install 'otpmem[postgres]', or pass --store postgres=DSN"
-        ) from None
+    with warnings.catch_warnings():
+        # Importing pgserver, platformdirs warns that XDG_RUNTIME_DIR is unset; pgserver
+        # then puts its lock under /tmp, which is fine: not the user's news.
+        warnings.simplefilter("ignore")
+        try:
+            import pgserver
+        except ImportError:
+            raise StoreUnavailable(
+                "--store postgres without a DSN runs an embedded PostgreSQL: "
+                "pip install 'otpmem[postgres]', or pass --store postgres=DSN"
+            ) from None
     where.mkdir(parents=True, exist_ok=True)
     _forget_dead_handles(where)
-    with warnings.catch_warnings():
-        # platformdirs warns that XDG_RUNTIME_DIR is unset; pgserver then uses /tmp, fine.
-        warnings.simplefilter("ignore")
-        server = pgserver.get_server(where, cleanup_mode="stop")  # type: ignore[attr-defined]
+    server = pgserver.get_server(where, cleanup_mode="stop")  # type: ignore[attr-defined]
     try:
         yield str(server.get_uri())
     finally:
@@ -166,8 +167,15 @@ class ClusterSimulation(Simulation):
         if self.dsn is not None:  # an unreachable server: refused before anything is made
             with self._connect(self.dsn):
                 pass
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.data_dir.resolve()
+        where = placement(self.cluster)  # likewise a Ray that cannot be reached
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.data_dir = self.data_dir.resolve()
+            return self._run(where, started, wall0)
+        finally:
+            where.close()
+
+    def _run(self, where: Placement, started: float, wall0: float) -> SimulationReport:
         with self._database() as dsn, self._run_lock(dsn):
             from .stores._pg_leases import Leases, ensure_leases
             from .stores.postgres import PostgresStore
@@ -188,7 +196,7 @@ class ClusterSimulation(Simulation):
                     self._rng.seed(f"{self.seed}/{done}")
                 if self.on_started is not None:
                     self.on_started(done, self.agents * self.turns)
-                self._drive_nodes(dsn, leases, placement(self.cluster))
+                self._drive_nodes(dsn, leases, where)
                 entries, conflicts = merge_ledgers(ledger_paths(self.data_dir))
                 self._errors += self._node_errors + conflicts
                 report = self._audit(entries, time.monotonic() - started, store)
@@ -309,7 +317,6 @@ class ClusterSimulation(Simulation):
         finally:
             for node in running.values():
                 node.close()
-            where.close()
             self._read_summaries(started_ids)
 
     def _maybe_kill_node(self, running: dict[int, Any], leases: Any) -> None:

@@ -34,6 +34,7 @@ from ._sim_node_config import NodeConfig
 
 KILLED = -signal.SIGKILL
 RAY_TIMEOUT = 60.0
+REAP_TIMEOUT = 60.0
 
 
 class NodeProcess(Protocol):
@@ -118,7 +119,7 @@ class LocalNode:
         """Kill it if it still runs, reap it, close its pipe and log."""
         self.kill()
         try:
-            self._proc.wait(timeout=RAY_TIMEOUT)
+            self._proc.wait(timeout=REAP_TIMEOUT)
         finally:
             assert self._proc.stdin is not None
             with contextlib.suppress(BrokenPipeError, OSError):
@@ -224,6 +225,31 @@ class RayNode:
             self._ray.kill(self._actor, no_restart=True)
 
 
+def _init_ray(ray: Any, timeout: float = RAY_TIMEOUT) -> None:
+    """``ray.init()``, or RunRefused naming Ray's error, or its silence past ``timeout``
+    (Ray retries an unreachable RAY_ADDRESS for minutes)."""
+    address = os.environ.get("RAY_ADDRESS")
+    where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray"
+    failed: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            if address:  # a cluster's own settings are its own
+                ray.init(log_to_driver=False, logging_level="ERROR")
+            else:
+                ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        except Exception as exc:  # ConnectionError, RuntimeError, ...: Ray's own words
+            failed.append(exc)
+
+    thread = threading.Thread(target=init, name="ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RunRefused(f"--cluster ray: {where} did not answer within {timeout:g} s")
+    if failed:
+        raise RunRefused(f"--cluster ray: cannot start or reach {where}: {failed[0]}")
+
+
 class RayPlacement:
     """Every node a Ray actor process; ``ray.init()`` joins ``RAY_ADDRESS`` or starts Ray."""
 
@@ -238,10 +264,7 @@ class RayPlacement:
         self._ray = ray
         self._owns = not ray.is_initialized()
         if self._owns:
-            if os.environ.get("RAY_ADDRESS"):  # a cluster's own settings are its own
-                ray.init(log_to_driver=False, logging_level="ERROR")
-            else:
-                ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            _init_ray(ray)
         # num_cpus=0: a node is placed even where the CPUs are taken (it mostly waits on
         # PostgreSQL); max_concurrency=2: stop() runs while run() does.
         self._actor_class = ray.remote(num_cpus=0, max_concurrency=2, max_restarts=0)(_RayNode)
