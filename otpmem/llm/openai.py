@@ -55,11 +55,7 @@ class OpenAIClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._sleep = sleep
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        all_headers = {"content-type": "application/json", **(headers or {})}
-        if key:
-            all_headers["authorization"] = f"Bearer {key}"
-        self._http = httpx.Client(timeout=timeout, headers=all_headers, transport=transport)
+        self._http = openai_http(api_key, headers, timeout, transport)
 
     def __repr__(self) -> str:
         return f"OpenAIClient({self.model!r}, {self.url!r})"
@@ -84,40 +80,86 @@ class OpenAIClient:
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = options.get("tool_choice", "auto")
-        last_error = "no attempt made"
-        last_status: int | None = None
-        for attempt in range(self.max_retries + 1):
-            try:
-                response = self._http.post(self.url, json=body)
-            except httpx.TimeoutException as exc:
-                last_error = f"timed out: {exc}"
-                delay = self._delay(attempt, None)
-            except httpx.TransportError as exc:
-                last_error = f"connection failed: {exc}"
-                delay = self._delay(attempt, None)
-            else:
-                if response.status_code == 200:
-                    return parse(response)
-                last_error = f"HTTP {response.status_code}: {response.text[:300]}"
-                last_status = response.status_code
-                if response.status_code not in RETRY_STATUS:
-                    raise ModelError(
-                        f"{self.url} answered {last_error}", status=response.status_code
-                    )
-                delay = self._delay(attempt, response.headers.get("retry-after"))
-            if attempt < self.max_retries:
-                self._sleep(delay)
-        raise ModelError(
-            f"{self.url} failed after {self.max_retries + 1} attempt(s): {last_error}",
-            status=last_status,
-            retryable=True,
-        )
+        try:
+            response = post_retrying(
+                self._http,
+                self.url,
+                body,
+                max_retries=self.max_retries,
+                backoff=self.backoff,
+                max_backoff=self.max_backoff,
+                sleep=self._sleep,
+            )
+        except EndpointFailed as exc:
+            raise ModelError(str(exc), status=exc.status, retryable=exc.retryable) from None
+        return parse(response)
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        asked = retry_after_seconds(retry_after)
-        if asked is not None:
-            return min(asked, self.max_backoff)
-        return float(min(self.backoff * 2**attempt, self.max_backoff))
+
+class EndpointFailed(Exception):
+    """An OpenAI-compatible endpoint answered no 200: after the retries (``retryable``), or
+    at once with a status that retrying cannot change."""
+
+    def __init__(self, message: str, status: int | None, retryable: bool) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+def openai_http(
+    api_key: str | None,
+    headers: Mapping[str, str] | None,
+    timeout: float,
+    transport: httpx.BaseTransport | None,
+) -> httpx.Client:
+    """The HTTP client of an OpenAI-compatible endpoint: JSON, the bearer key (argument,
+    else ``OPENAI_API_KEY``), a timeout on every request."""
+    key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+    all_headers = {"content-type": "application/json", **(headers or {})}
+    if key:
+        all_headers["authorization"] = f"Bearer {key}"
+    return httpx.Client(timeout=timeout, headers=all_headers, transport=transport)
+
+
+def post_retrying(
+    http: httpx.Client,
+    url: str,
+    body: Mapping[str, Any],
+    *,
+    max_retries: int,
+    backoff: float,
+    max_backoff: float,
+    sleep: Callable[[float], None],
+) -> httpx.Response:
+    """POST ``body`` until a 200 comes back; retries on ``RETRY_STATUS`` and connection
+    errors with exponential backoff that honours ``Retry-After`` (``EndpointFailed`` else)."""
+    last_error = "no attempt made"
+    last_status: int | None = None
+    for attempt in range(max_retries + 1):
+        retry_after: str | None = None
+        try:
+            response = http.post(url, json=body)
+        except httpx.TimeoutException as exc:
+            last_error = f"timed out: {exc}"
+        except httpx.TransportError as exc:
+            last_error = f"connection failed: {exc}"
+        else:
+            if response.status_code == 200:
+                return response
+            last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+            last_status = response.status_code
+            if response.status_code not in RETRY_STATUS:
+                raise EndpointFailed(f"{url} answered {last_error}", last_status, False)
+            retry_after = response.headers.get("retry-after")
+        if attempt < max_retries:
+            asked = retry_after_seconds(retry_after)
+            sleep(
+                min(asked, max_backoff)
+                if asked is not None
+                else min(backoff * 2**attempt, max_backoff)
+            )
+    raise EndpointFailed(
+        f"{url} failed after {max_retries + 1} attempt(s): {last_error}", last_status, True
+    )
 
 
 def retry_after_seconds(value: str | None) -> float | None:

@@ -9,14 +9,13 @@ Batches of ``batch_size`` texts per request, a timeout on every request, retries
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from ...llm.openai import RETRY_STATUS, retry_after_seconds
+from ...llm.openai import EndpointFailed, openai_http, post_retrying
 from .embedders import EmbedderError
 
 
@@ -70,11 +69,7 @@ class OpenAIEmbedder:
         self.send_dimensions = send_dimensions
         self.noise_floor = noise_floor
         self._sleep = sleep
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        all_headers = {"content-type": "application/json", **(headers or {})}
-        if key:
-            all_headers["authorization"] = f"Bearer {key}"
-        self._http = httpx.Client(timeout=timeout, headers=all_headers, transport=transport)
+        self._http = openai_http(api_key, headers, timeout, transport)
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.model!r}, dim={self.dim}, {self.url!r})"
@@ -95,34 +90,19 @@ class OpenAIEmbedder:
         body: dict[str, Any] = {"model": self.model, "input": [t or " " for t in texts]}
         if self.send_dimensions:
             body["dimensions"] = self.dim
-        last_error = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            try:
-                response = self._http.post(self.url, json=body)
-            except httpx.TimeoutException as exc:
-                last_error = f"timed out: {exc}"
-                delay = self._delay(attempt, None)
-            except httpx.TransportError as exc:
-                last_error = f"connection failed: {exc}"
-                delay = self._delay(attempt, None)
-            else:
-                if response.status_code == 200:
-                    return self._parse(response, len(texts))
-                last_error = f"HTTP {response.status_code}: {response.text[:300]}"
-                if response.status_code not in RETRY_STATUS:
-                    raise EmbedderError(f"{self.url} answered {last_error}")
-                delay = self._delay(attempt, response.headers.get("retry-after"))
-            if attempt < self.max_retries:
-                self._sleep(delay)
-        raise EmbedderError(
-            f"{self.url} failed after {self.max_retries + 1} attempt(s): {last_error}"
-        )
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        asked = retry_after_seconds(retry_after)
-        if asked is not None:
-            return min(asked, self.max_backoff)
-        return float(min(self.backoff * 2**attempt, self.max_backoff))
+        try:
+            response = post_retrying(
+                self._http,
+                self.url,
+                body,
+                max_retries=self.max_retries,
+                backoff=self.backoff,
+                max_backoff=self.max_backoff,
+                sleep=self._sleep,
+            )
+        except EndpointFailed as exc:
+            raise EmbedderError(str(exc)) from None
+        return self._parse(response, len(texts))
 
     def _parse(self, response: httpx.Response, count: int) -> list[list[float]]:
         try:
