@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from otpmem.actors import GenServer, Handle, Stop, Table, new_table
@@ -220,3 +223,35 @@ def child_at(sup: SupervisorHandle, *path: str) -> Handle:
         assert handle is not None, f"{child_id!r} is not running"
     assert handle is not None
     return handle
+
+
+@contextmanager
+def loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """An HTTP server of ``handler`` on 127.0.0.1 (a free port) for the block: its base URL
+    (``http://127.0.0.1:PORT/v1``, as an OpenAI-compatible client takes it)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5.0)
+
+
+def send_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    payload: Any,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer the request ``handler`` holds with ``payload`` as JSON."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(data)

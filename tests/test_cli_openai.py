@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 
 from otpmem.stores import LevelDBStore
 from tests.cli_support import fails_with, ledger_turns, otpmem
+from tests.support import loopback, send_json
 
 
 class _Chat(BaseHTTPRequestHandler):
@@ -53,12 +53,7 @@ class _Chat(BaseHTTPRequestHandler):
         )
 
     def _send(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, payload)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -68,15 +63,8 @@ class _Chat(BaseHTTPRequestHandler):
 def server(request: pytest.FixtureRequest) -> Iterator[str]:
     _Chat.requests = []
     _Chat.behaviour = getattr(request, "param", "answer")
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Chat)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5.0)
+    with loopback(_Chat) as url:
+        yield url
 
 
 def openai_args(data: Path, url: str, agents: int = 3, turns: int = 4) -> list[object]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ import pytest
 from otpmem.memory.recall import EmbedderError, HashingEmbedder, OpenAIEmbedder, RecallIndex
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore
+from tests.support import loopback, send_json
 
 DIM = 32
 _reference = HashingEmbedder(dim=DIM)
@@ -51,14 +52,7 @@ class _Embeddings(BaseHTTPRequestHandler):
         self._send(200, {"object": "list", "data": list(reversed(data)), "model": body["model"]})
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, payload, headers)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -70,17 +64,12 @@ def server() -> Iterator[str]:
     _Embeddings.failures = 0
     _Embeddings.status = 200
     _Embeddings.hold = None
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        if _Embeddings.hold is not None:
-            _Embeddings.hold.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5.0)
+    with loopback(_Embeddings) as url:
+        try:
+            yield url
+        finally:
+            if _Embeddings.hold is not None:
+                _Embeddings.hold.set()
 
 
 def test_batches_in_input_order_with_the_key(server: str) -> None:

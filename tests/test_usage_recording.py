@@ -4,10 +4,9 @@ it: from ScriptedModel, from an OpenAI-compatible server, priced by Pricing."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -27,6 +26,7 @@ from otpmem.llm import (
 from otpmem.messages import Conv
 from otpmem.stores import Usage, usage_of
 from tests.longterm_support import both_stores
+from tests.support import loopback, send_json
 
 ANN = Conv("ann", "chat")
 store_fixture = both_stores()
@@ -120,12 +120,7 @@ class _Chat(BaseHTTPRequestHandler):
             "choices": [{"message": {"role": "assistant", "content": "ok"}}],
             "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
         }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, 200, reply)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -133,15 +128,8 @@ class _Chat(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Chat)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5.0)
+    with loopback(_Chat) as url:
+        yield url
 
 
 def test_openai_client_usage_is_stored_and_priced(store: Any, server: str) -> None:
