@@ -179,3 +179,18 @@ def test_bad_arguments_are_refused_before_connecting() -> None:
             PostgresStore.start_link("postgresql://nowhere", **kwargs)
     with pytest.raises(TypeError):
         PostgresStore.start_link(42)  # type: ignore[arg-type]
+
+
+def test_an_id_postgresql_cannot_hold_is_a_clear_error_and_stores_nothing(
+    store: PostgresStoreHandle,
+) -> None:
+    nul = Conv("ann\x00x", "c")
+    with pytest.raises(ValueError, match=r"PostgreSQL cannot store this: .*NUL"):
+        store.add(nul, [{"role": "user", "content": "hi"}])
+    with pytest.raises(ValueError, match="PostgreSQL cannot store this"):
+        store.get(nul)
+    assert store.conversations() == []
+    # A NUL inside a message is fine: bodies are bytes.
+    store.add(CONV, [{"role": "user", "content": "a \x00 b"}])
+    assert store.get(CONV) == [{"role": "user", "content": "a \x00 b"}]
+    assert store.alive

@@ -70,6 +70,13 @@ def _psycopg() -> Any:
     return psycopg, psycopg_pool
 
 
+def refused(exc: BaseException) -> ValueError:
+    """What PostgreSQL cannot hold, as the caller's error (nothing was stored): a NUL
+    character in a user or conversation id, or a fact's key, say."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ValueError(f"PostgreSQL cannot store this: {first}; nothing was stored")
+
+
 def redact(dsn: str) -> str:
     """A DSN fit for an error message (or run.json): any password replaced; an empty one,
     which hides nothing, kept (so the DSN still works as written)."""
@@ -117,6 +124,8 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
         try:
             with server.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
                 yield conn, server.reads
+        except psycopg.DataError as exc:
+            raise refused(exc) from None
         except (psycopg.OperationalError, pool_module.PoolTimeout) as exc:
             raise StoreUnavailable(
                 f"PostgreSQL is unreachable ({type(exc).__name__}: {exc}); try again"
@@ -194,6 +203,7 @@ class PostgresStore(GenServer):
     ) -> None:
         psycopg, pool_module = _psycopg()
         self._psycopg_errors = (psycopg.OperationalError, pool_module.PoolTimeout)
+        self._data_error = psycopg.DataError
         if dsn is None:
             dsn = blocking(embedded_dsn, data_dir)
         self.dsn = dsn
@@ -245,6 +255,8 @@ class PostgresStore(GenServer):
                     return work(cur, *args)
         except _CALLER_ERRORS:
             raise
+        except self._data_error as exc:
+            raise refused(exc) from None
         except self._pool_closed:
             raise NoProcess(owner) from None
         except self._psycopg_errors as exc:
