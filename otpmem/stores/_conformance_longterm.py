@@ -159,7 +159,10 @@ class LongTermConformance:
             store.save_fact(Fact(user, "k", "v"))
             store.save_profile(Profile(user, "p"))
             store.request_extraction(conv, 1)
+        store.save_facts("ann", [], cursor=(ANN, 1))
+        store.save_facts("ann", [], cursor=(Conv("ann", "never-written"), 0))
         store.forget_user("ann")
+        assert store.extraction_cursor(ANN) == 0
         assert store.get_facts("ann") == [] and store.fact_history("ann", "k") == []
         assert store.get_profile("ann") is None
         assert store.pending_extractions() == [(BOB, 1)]

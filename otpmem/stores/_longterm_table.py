@@ -38,16 +38,6 @@ def is_longterm(table_key: object) -> bool:
     return type(table_key) is tuple and len(table_key) == 3 and table_key[0] == MARK
 
 
-def owned_by(table_key: LongTermKey, user_id: str) -> bool:
-    """Whether a long-term record belongs to ``user_id`` (directly or by conversation)."""
-    owner = table_key[2]
-    return (
-        owner == user_id
-        if isinstance(owner, str)
-        else (isinstance(owner, Conv) and owner.user_id == user_id)
-    )
-
-
 def usage_puts(
     mapping: Mapping[Any, Any], conv: Conv, batch: Sequence[Mapping[str, Any]]
 ) -> dict[LongTermKey, Any]:
@@ -80,12 +70,29 @@ def usage_puts(
 
 def clear_deletes(conv: Conv) -> list[LongTermKey]:
     """What clearing a conversation forgets of its long-term records (not the user's sums)."""
-    return [key("conv_usage", conv), key("cursor", conv)]
+    return [key("conv_usage", conv)]
+
+
+def user_records(user_id: str, convs: Sequence[Conv]) -> list[LongTermKey]:
+    """Every long-term record of a user whose conversations are ``convs``: the records of a
+    conversation that outlive its clear (when it was cleared, its cursor) are kept under
+    its user, so a forget needs no scan of the table."""
+    kinds = ("facts", "history", "profile", "user_usage", "log", "cleared", "cursors")
+    return [key(kind, user_id) for kind in kinds] + [key("conv_usage", c) for c in convs]
+
+
+def _without(mapping: Mapping[Any, Any], record: LongTermKey, conv: Conv) -> dict[Conv, Any]:
+    return {c: v for c, v in mapping.get(record, {}).items() if c != conv}
 
 
 def clear_puts(mapping: Mapping[Any, Any], conv: Conv) -> dict[LongTermKey, Any]:
     """A cleared conversation's usage window restarts now; its pending job goes."""
-    puts: dict[LongTermKey, Any] = {key("cleared", conv): time.time()}
+    cleared = dict(mapping.get(key("cleared", conv.user_id), {}))
+    cleared[conv] = time.time()
+    puts: dict[LongTermKey, Any] = {
+        key("cleared", conv.user_id): cleared,
+        key("cursors", conv.user_id): _without(mapping, key("cursors", conv.user_id), conv),
+    }
     jobs = mapping.get(key("jobs", None))
     if jobs and conv in jobs:
         puts[key("jobs", None)] = {c: n for c, n in jobs.items() if c != conv}
@@ -123,7 +130,9 @@ def fact_write(
     }
     if cursor is not None:
         conv, position = cursor
-        puts[key("cursor", conv)] = position
+        cursors = dict(mapping.get(key("cursors", conv.user_id), {}))
+        cursors[conv] = position
+        puts[key("cursors", conv.user_id)] = cursors
         jobs = mapping.get(key("jobs", None))
         if jobs and conv in jobs and position >= jobs[conv]:
             puts[key("jobs", None)] = {c: n for c, n in jobs.items() if c != conv}
@@ -133,7 +142,7 @@ def fact_write(
 def job_puts(mapping: Mapping[Any, Any], conv: Conv, upto: int) -> dict[LongTermKey, Any]:
     """Record (or extend) a pending extraction of ``conv`` up to ``upto``."""
     jobs = dict(mapping.get(key("jobs", None), {}))
-    if upto <= max(jobs.get(conv, 0), mapping.get(key("cursor", conv), 0)):
+    if upto <= max(jobs.get(conv, 0), read_cursor(mapping, conv)):
         return {}
     jobs[conv] = upto
     return {key("jobs", None): jobs}
@@ -172,7 +181,7 @@ def read_usage(mapping: Mapping[Any, Any], conv: Conv, since: float | None) -> U
     if since is None:
         total: Usage = mapping.get(key("conv_usage", conv), Usage())
         return total
-    cleared = mapping.get(key("cleared", conv))
+    cleared = mapping.get(key("cleared", conv.user_id), {}).get(conv)
     if cleared is not None:
         since = max(since, cleared)
     return _sum_log(_entries(mapping.get(key("log", conv.user_id))), since, conv)
@@ -190,7 +199,7 @@ def read_user_usage(mapping: Mapping[Any, Any], user_id: str, since: float | Non
 
 def read_cursor(mapping: Mapping[Any, Any], conv: Conv) -> int:
     """How many of the conversation's messages extraction has processed."""
-    cursor: int = mapping.get(key("cursor", conv), 0)
+    cursor: int = mapping.get(key("cursors", conv.user_id), {}).get(conv, 0)
     return cursor
 
 

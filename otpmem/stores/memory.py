@@ -330,9 +330,7 @@ class MemoryStore(GenServer):
             users: Table[Any, Any] = self.table
             index: UserIndex | None = users.pop(UserKey(arg), None)
             convs = [] if index is None else index[0][: index[1]]
-            # Long-term records are few per user but not indexed by user: one scan, for a
-            # request as rare as this one.
-            records = [k for k in self.table if lt.is_longterm(k) and lt.owned_by(k, arg)]
+            records = lt.user_records(arg, convs)
             self.table.update(lt.forget_puts(self.table.mapping(), arg), [*convs, *records])
         elif kind == "import":
             for conv, batch, key in arg:
