@@ -255,10 +255,11 @@ class Agent(GenServer):
         first: tuple[list[Any], str | None] | None = None
         if earlier is None:
             history = provider.history(conv) if provider is not None else []
-            healed = [call_id for call_id, _ in dangling(history)]
+            unanswered = dangling(history)
+            healed = [call_id for call_id, _ in unanswered]
             repairs = [
                 {"role": "tool", "tool_call_id": call_id, "name": name, "content": CANCELLED}
-                for call_id, name in dangling(history)
+                for call_id, name in unanswered
             ]
             added: list[dict[str, Any]] = [*repairs, {"role": "user", "content": text}]
             history.extend(added)
