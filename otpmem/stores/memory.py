@@ -327,12 +327,12 @@ class MemoryStore(GenServer):
             if existed and arg.user_id is not None:
                 unlist_conversation(self.table, arg)
         elif kind == "forget_user":
-            mapping: dict[Any, Any] = self.table.mapping()
-            index: UserIndex | None = mapping.get(UserKey(arg))
+            rows: dict[Any, Any] = self.table.mapping()
+            index: UserIndex | None = rows.get(UserKey(arg))
             convs = [] if index is None else index[0][: index[1]]
             records = lt.user_records(arg, convs)
             # One step: the index, the conversations and the records go together.
-            self.table.update(lt.forget_puts(mapping, arg), [UserKey(arg), *convs, *records])
+            self.table.update(lt.forget_puts(rows, arg), [UserKey(arg), *convs, *records])
         elif kind == "import":
             for conv, batch, key in arg:
                 self._append(conv, batch, key)
