@@ -122,44 +122,72 @@ def per_call(fn: Callable[[], Any], calls: int) -> float:
     return statistics.median(rounds)
 
 
+def peer_adds(dsn: str, n_threads: int, per_thread: int) -> float:
+    """Adds per second of LangChain's PostgresChatMessageHistory.add_messages of one message,
+    one session and one connection per thread."""
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+    from langchain_postgres import PostgresChatMessageHistory
+
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(n_threads)]
+    try:
+        PostgresChatMessageHistory.create_tables(conns[0], "lc_history")
+        histories = [
+            PostgresChatMessageHistory("lc_history", str(uuid.uuid4()), sync_connection=conn)
+            for conn in conns
+        ]
+        text = message(1)["content"]
+        seconds = threaded(
+            n_threads, per_thread, lambda t, i: histories[t].add_messages([HumanMessage(text)])
+        )
+    finally:
+        for conn in conns:
+            conn.close()
+    return n_threads * per_thread / seconds
+
+
 def peer_lines(dsn: str, store: Any, quick: bool) -> list[str]:
-    """LangChain's PostgresChatMessageHistory on the same server."""
+    """LangChain's PostgresChatMessageHistory on the same server: durable adds at 1 and 16
+    writers (paired with ours, interleaved), and reading a 50-message session."""
     try:
         from langchain_core.messages import HumanMessage
         from langchain_postgres import PostgresChatMessageHistory
     except ImportError:
         return ["langchain-postgres is not installed: pip install langchain-postgres"]
-    n = 100 if quick else 400
+    per = 50 if quick else 150
+    lines = []
+    for writers in (1, WRITERS):
+        ratios, ours_rates, peer_rates = [], [], []
+        for round_ in range(3):
+            peer = peer_adds(dsn, writers, per * (4 if writers == 1 else 1))
+            ours = store_adds(store, writers, per * (4 if writers == 1 else 1), f"peer{round_}")
+            ratios.append(ours / peer)
+            ours_rates.append(ours)
+            peer_rates.append(peer)
+        best = statistics.median(ratios)
+        lines.append(
+            f"durable add, {writers} writer{'s' if writers > 1 else ''}: PostgresStore "
+            f"{statistics.median(ours_rates):,.0f}/s | langchain-postgres "
+            f"PostgresChatMessageHistory {statistics.median(peer_rates):,.0f}/s | "
+            f"{ratio_summary(ratios)} (goal >= {PEER_GOAL}) -> {verdict(best >= PEER_GOAL)}"
+        )
     with psycopg.connect(dsn, autocommit=True) as conn:
-        PostgresChatMessageHistory.create_tables(conn, "lc_history")
         import uuid
 
-        history = PostgresChatMessageHistory("lc_history", str(uuid.uuid4()), sync_connection=conn)
-        text = message(1)["content"]
-        began = time.perf_counter()
-        for _ in range(n):
-            history.add_messages([HumanMessage(text)])
-        lc_add = n / (time.perf_counter() - began)
         reader = PostgresChatMessageHistory("lc_history", str(uuid.uuid4()), sync_connection=conn)
-        reader.add_messages([HumanMessage(text) for _ in range(50)])
+        reader.add_messages([HumanMessage(message(i)["content"]) for i in range(50)])
         lc_read = per_call(lambda: reader.messages, 50)
-    conv = Conv("bench", "peer")
-    began = time.perf_counter()
-    for _ in range(n):
-        store.add(conv, [message(1)])
-    ours_add = n / (time.perf_counter() - began)
     reading = Conv("bench", "peer-read")
     store.add(reading, [message(i) for i in range(50)])
     ours_read = per_call(lambda: store.get(reading, last=50), 50)
-    add_ratio, read_ratio = ours_add / lc_add, lc_read / ours_read
-    return [
-        f"durable add, 1 writer: PostgresStore {ours_add:,.0f}/s | langchain-postgres "
-        f"PostgresChatMessageHistory {lc_add:,.0f}/s | {add_ratio:.2f}x (goal >= {PEER_GOAL}) "
-        f"-> {verdict(add_ratio >= PEER_GOAL)}",
+    read_ratio = lc_read / ours_read
+    lines.append(
         f"read 50: PostgresStore get(last=50) {ours_read * 1e6:,.0f} us | langchain-postgres "
         f".messages {lc_read * 1e6:,.0f} us | {read_ratio:.2f}x (goal >= {PEER_GOAL}) -> "
-        f"{verdict(read_ratio >= PEER_GOAL)}",
-    ]
+        f"{verdict(read_ratio >= PEER_GOAL)}"
+    )
+    return lines
 
 
 def main(quick: bool) -> list[str]:

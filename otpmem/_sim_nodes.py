@@ -136,6 +136,7 @@ class ClusterSimulation(Simulation):
             )
         self._continued = 0
         self._node_errors: list[str] = []
+        self._kills_pending = 0
 
     @property
     def params(self) -> RunParams:
@@ -282,9 +283,11 @@ class ClusterSimulation(Simulation):
                 running[index] = where.start_node(config)
                 started_ids.append(config.node_id)
 
+            # Counted before the launch: a node placed slowly (a Ray actor) lets the others
+            # run turns meanwhile, and each turn must still draw its chance of a node fault.
+            seen = leases.progress(self.turns)
             for index in range(self.nodes):
                 launch(index)
-            seen = leases.progress(self.turns)
             stop_sent: float | None = None
             while running:
                 time.sleep(POLL)  # nodes report through the database: nothing to wait on
@@ -298,7 +301,7 @@ class ClusterSimulation(Simulation):
                 total = leases.progress(self.turns)
                 for _ in range(max(0, total - seen)):
                     self._acknowledged()
-                    self._maybe_kill_node(running, leases)
+                self._maybe_kill_node(running, leases, max(0, total - seen))
                 seen = max(seen, total)
                 for index, node in list(running.items()):
                     status = node.poll()
@@ -319,9 +322,12 @@ class ClusterSimulation(Simulation):
                 node.close()
             self._read_summaries(started_ids)
 
-    def _maybe_kill_node(self, running: dict[int, Any], leases: Any) -> None:
+    def _maybe_kill_node(self, running: dict[int, Any], leases: Any, turns: int) -> None:
+        # A node fault drawn for a turn waits (across polls) for a node that holds leases,
+        # so how fast the nodes run does not decide whether the fault happens.
         with self._rng_lock:
-            if self._rng.random() >= self.chaos / 5:
+            self._kills_pending += sum(self._rng.random() < self.chaos / 5 for _ in range(turns))
+            if not self._kills_pending:
                 return
             # Only a node that holds leases: each node fault must cost a takeover.
             owners = leases.owners()
@@ -329,6 +335,7 @@ class ClusterSimulation(Simulation):
             if not holding:
                 return
             victim = self._rng.choice(holding)
+            self._kills_pending -= 1
         running[victim].kill()
         self._faults["kill_node"] += 1
         self.timeline.fault("kill_node")

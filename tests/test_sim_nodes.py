@@ -120,7 +120,7 @@ def test_ray_places_the_nodes_as_actor_processes_and_a_killed_one_is_taken_over(
     try:
         simulation = ClusterSimulation(
             agents=6,
-            turns=10,
+            turns=30,  # long enough that a drawn node fault finds a node still at work
             data_dir=tmp_path / "run",
             chaos=0.3,
             seed=2,  # a node is killed within the first turns

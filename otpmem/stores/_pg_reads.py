@@ -13,7 +13,7 @@ import msgpack
 from psycopg import sql
 
 from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
-from ._base import StoredWindow, check_key, check_last
+from ._base import KEYS_KEPT, StoredWindow, check_key, check_last
 from ._pg_schema import from_user_key, user_key
 from ._pg_writes import as_decimal
 from .longterm import (
@@ -48,8 +48,9 @@ _SQL = {
     "(SELECT count FROM conv)) FROM tail) "
     "UNION ALL SELECT 'c', count, NULL FROM conv "
     "UNION ALL SELECT 'n', pinned_count, NULL FROM conv",
-    "key_position": "SELECT position FROM {ns}.idempotency_keys WHERE user_key = %s AND "
-    "conversation_id = %s AND key = %s",
+    "key_position": "SELECT k.position FROM {ns}.idempotency_keys k JOIN {ns}.conversations c "
+    "USING (user_key, conversation_id) WHERE k.user_key = %s AND k.conversation_id = %s AND "
+    "k.key = %s AND k.ordinal >= c.key_ordinal - %s",
     "fact": "SELECT record FROM {ns}.facts WHERE user_id = %s AND key = %s",
     "facts": "SELECT record FROM {ns}.facts WHERE user_id = %s ORDER BY key",
     "history": "SELECT record FROM {ns}.fact_history WHERE user_id = %s AND key = %s ORDER BY n",
@@ -97,7 +98,8 @@ class PostgresReads:
 
     def _rows(self, name: str, args: tuple[Any, ...]) -> list[Any]:
         with self._reading() as (conn, q):
-            return list(conn.execute(q[name], args).fetchall())
+            # Binary results: a bytea body arrives as its bytes, not as hex text to decode.
+            return list(conn.execute(q[name], args, binary=True).fetchall())
 
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         """The conversation oldest first, or its newest ``last`` (an index range scan)."""
@@ -153,7 +155,8 @@ class PostgresReads:
         if check_key(idempotency_key) is None:
             raise ValueError("key_position needs an idempotency_key")
         rows = self._rows(
-            "key_position", (user_key(key.user_id), key.conversation_id, idempotency_key)
+            "key_position",
+            (user_key(key.user_id), key.conversation_id, idempotency_key, KEYS_KEPT),
         )
         return int(rows[0][0]) if rows else None
 

@@ -16,15 +16,20 @@ from typing import Any
 
 import msgpack
 from psycopg import sql
-from psycopg.errors import RaiseException
 
 from ..messages import Conv, FrozenDict, is_pinned, is_summary
 from ._base import KEYS_KEPT, ConversationCleared
 from ._pg_schema import user_key
 from .longterm import Fact, Profile, Usage, fact_as_list, fact_from_list, plan_facts, usage_of
 
+Add = tuple[Conv, Sequence[FrozenDict], str | None, str | None]
+"""One add: the conversation, the batch, its idempotency key and the key it follows."""
+
 _SQL = {
-    "append": "SELECT {ns}.append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    # The bodies go as binary bytea (%b): no hex text to encode here and decode there.
+    "append": "SELECT {ns}.append(%s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "append_group": "SELECT {ns}.append_group(%s, %s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "%s, %s, %s)",
     "ensure_conv": "INSERT INTO {ns}.conversations (user_key, conversation_id) VALUES (%s, %s) "
     "ON CONFLICT DO NOTHING",
     "lock_conv": "SELECT next_seq, pinned_count, summary_seq, key_ordinal FROM {ns}.conversations "
@@ -37,6 +42,9 @@ _SQL = {
     "mark_cleared": "INSERT INTO {ns}.cleared VALUES (%s, %s, %s) ON CONFLICT "
     "(user_key, conversation_id) DO UPDATE SET at = excluded.at",
     "lock_user": "SELECT pg_advisory_xact_lock(hashtext(%s))",
+    "lock_user_adds": "SELECT pg_advisory_xact_lock(hashtext('otpmem.user.' || %s))",
+    "lock_user_convs": "SELECT 1 FROM {ns}.conversations WHERE user_key = %s "
+    "ORDER BY conversation_id FOR UPDATE",
     "facts_of": "SELECT record FROM {ns}.facts WHERE user_id = %s",
     "put_fact": "INSERT INTO {ns}.facts VALUES (%s, %s, %s) ON CONFLICT (user_id, key) "
     "DO UPDATE SET record = excluded.record",
@@ -97,46 +105,36 @@ class Writes:
         ``append`` function (the row lock, the key, the rows, the index and the sums)."""
         if not batch:
             return
+        cur.execute(self.q["append"], append_arguments(conv, batch, key, follows))
+        check_appended(cur.fetchone()[0], conv, follows)
+
+    def append_group(self, cur: Any, adds: Sequence[Add]) -> list[int]:
+        """Append many batches in the caller's transaction, in one statement: what the
+        schema's ``append`` answered for each (0: its key was stored; -1: cleared).
+
+        They run sorted by conversation (a stable sort: one conversation's batches keep
+        their order), so that every group takes its row locks in one order."""
+        order = sorted(range(len(adds)), key=lambda i: _conv_order(adds[i][0]))
+        per_add: list[list[Any]] = [[] for _ in range(11)]
         bodies: list[bytes] = []
         pins: list[bool] = []
-        usage = Usage()
-        summary_at = -1
-        for i, message in enumerate(batch):
-            bodies.append(msgpack.packb(message, use_bin_type=True))
-            pinned = is_pinned(message)
-            if pinned and is_summary(message):
-                if summary_at >= 0:
-                    pins[summary_at] = False  # an earlier summary of this very batch
-                summary_at = i
-            pins.append(pinned)
-            found = usage_of(message)
-            if found is not None:
-                usage = usage + found
-        try:
-            cur.execute(
-                self.q["append"],
-                (
-                    user_key(conv.user_id),
-                    conv.conversation_id,
-                    bodies,
-                    pins,
-                    summary_at,
-                    sum(1 for m in batch if is_pinned(m)),
-                    key,
-                    follows,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.total_tokens,
-                    usage.cost,
-                    time.time(),
-                    KEYS_KEPT,
-                ),
-            )
-        except RaiseException as exc:
-            raise ConversationCleared(
-                f"conversation {conv} no longer holds the batch {follows!r} this write "
-                "follows: it was cleared since; nothing was stored"
-            ) from exc
+        for i in order:
+            arguments = append_arguments(*adds[i])
+            u, c, add_bodies, add_pins, *rest = arguments[:12]
+            bodies += add_bodies
+            pins += add_pins
+            for column, value in zip(per_add, (u, c, len(add_bodies), *rest), strict=True):
+                column.append(value)
+        users, convs, counts, *scalars = per_add
+        cur.execute(
+            self.q["append_group"],
+            (users, convs, counts, bodies, pins, *scalars, time.time(), KEYS_KEPT),
+        )
+        answers = cur.fetchone()[0]
+        unsorted = [0] * len(adds)
+        for position, i in enumerate(order):
+            unsorted[i] = int(answers[position])
+        return unsorted
 
     def clear(self, cur: Any, conv: Conv) -> None:
         """Delete one conversation (its user's usage sums stay; its windows restart)."""
@@ -149,6 +147,11 @@ class Writes:
     def forget_user(self, cur: Any, user_id: str) -> None:
         """Delete everything of one user."""
         cur.execute(self.q["lock_user"], (f"otpmem.facts.{user_id}",))
+        # No add of the user under way or to come until this commits (each add holds the
+        # user's lock shared); then the conversation rows in the order a group commit locks
+        # them, before the deletes lock them in whatever order they find them.
+        cur.execute(self.q["lock_user_adds"], (user_id,))
+        cur.execute(self.q["lock_user_convs"], (user_id,))
         for statement in self.forget:
             cur.execute(statement, (user_id,))
 
@@ -196,6 +199,58 @@ class Writes:
         self._lock(cur, conv)
         where = (user_key(conv.user_id), conv.conversation_id)
         cur.execute(self.q["request_job"], (upto, *where, upto, upto))
+
+
+def append_arguments(
+    conv: Conv, batch: Sequence[FrozenDict], key: str | None, follows: str | None = None
+) -> tuple[Any, ...]:
+    """The arguments of one call of the schema's ``append`` function (what needs Python:
+    the msgpack bodies, which rows are pinned, the usage)."""
+    bodies: list[bytes] = []
+    pins: list[bool] = []
+    usage = Usage()
+    summary_at = -1
+    for i, message in enumerate(batch):
+        bodies.append(msgpack.packb(message, use_bin_type=True))
+        pinned = is_pinned(message)
+        if pinned and is_summary(message):
+            if summary_at >= 0:
+                pins[summary_at] = False  # an earlier summary of this very batch
+            summary_at = i
+        pins.append(pinned)
+        found = usage_of(message)
+        if found is not None:
+            usage = usage + found
+    return (
+        user_key(conv.user_id),
+        conv.conversation_id,
+        bodies,
+        pins,
+        summary_at,
+        sum(1 for m in batch if is_pinned(m)),
+        key,
+        follows,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.total_tokens,
+        usage.cost,
+        time.time(),
+        KEYS_KEPT,
+        True,  # a lone add moves its user's sums itself
+    )
+
+
+def _conv_order(conv: Conv) -> tuple[str, str]:
+    return user_key(conv.user_id), conv.conversation_id
+
+
+def check_appended(stored: int, conv: Conv, follows: str | None) -> None:
+    """Raise what the ``append`` function's answer means for the caller (-1: cleared)."""
+    if stored < 0:
+        raise ConversationCleared(
+            f"conversation {conv} no longer holds the batch {follows!r} this write "
+            "follows: it was cleared since; nothing was stored"
+        )
 
 
 def as_decimal(value: Any) -> Decimal:

@@ -1,0 +1,106 @@
+"""Group commit: writers on many threads take turns as the one that commits them all.
+
+LevelDB's writer queue, in Python: each writer joins a queue; the writer at its front is
+the leader, commits everything queued behind it (up to ``max_group``) as one unit, answers
+each of them, and hands the front to the next writer. A writer alone commits alone, at
+once; sixteen at once share one transaction (one fsync, one round trip) where each would
+have paid its own.
+
+    group = GroupCommit(commit_all, max_group=64)
+    result = group.submit(item)     # returns once ``item`` is committed, or raises its error
+
+``commit(items)`` returns one outcome per item: its result, or the exception that item
+alone raises (a bad item fails alone). If ``commit`` itself raises, every item of the
+group raises that.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from itertools import islice
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _Writer(Generic[T]):
+    __slots__ = ("done", "item", "outcome", "wake")
+
+    def __init__(self, item: T) -> None:
+        self.item = item
+        self.outcome: object = None
+        self.done = False
+        self.wake = threading.Lock()
+        self.wake.acquire()  # released once: when done, or when this writer leads
+
+
+class GroupCommit(Generic[T, R]):
+    """Commit the items of concurrent ``submit`` calls together, in arrival order."""
+
+    def __init__(
+        self,
+        commit: Callable[[Sequence[T]], Sequence[R | BaseException]],
+        max_group: int = 64,
+    ) -> None:
+        if max_group < 1:
+            raise ValueError(f"max_group must be >= 1, got {max_group!r}")
+        self._commit = commit
+        self._max_group = max_group
+        self._mutex = threading.Lock()
+        self._queue: deque[_Writer[T]] = deque()
+        self.groups = 0
+        self.items = 0
+
+    @property
+    def queued(self) -> int:
+        """How many writers are in line (the committing group included)."""
+        return len(self._queue)
+
+    def submit(self, item: T) -> R:
+        """Commit ``item`` (with whatever else is queued) and return its result."""
+        writer: _Writer[T] = _Writer(item)
+        with self._mutex:
+            self._queue.append(writer)
+            leading = len(self._queue) == 1
+        if not leading:
+            # The leader of the group this writer joins wakes it: committed, or its turn
+            # (it is then at the front, so its own item is in the group it leads).
+            writer.wake.acquire()
+            if writer.done:
+                return self._answer(writer)
+        self._lead(writer)
+        return self._answer(writer)
+
+    def _lead(self, leader: _Writer[T]) -> None:
+        with self._mutex:
+            group = list(islice(self._queue, self._max_group))
+        try:
+            outcomes: Sequence[object] = self._commit([w.item for w in group])
+            if len(outcomes) != len(group):
+                raise RuntimeError(
+                    f"group commit answered {len(outcomes)} outcomes for {len(group)} items"
+                )
+        except BaseException as exc:  # the whole group failed: each member hears why
+            outcomes = [exc] * len(group)
+        with self._mutex:
+            for _ in group:
+                self._queue.popleft()
+            following = self._queue[0] if self._queue else None
+            self.groups += 1
+            self.items += len(group)
+        for writer, outcome in zip(group, outcomes, strict=True):
+            writer.outcome = outcome
+            writer.done = True
+            if writer is not leader:
+                writer.wake.release()
+        if following is not None:
+            following.wake.release()  # the next writer in line leads the next group
+
+    @staticmethod
+    def _answer(writer: _Writer[T]) -> R:
+        if isinstance(writer.outcome, BaseException):
+            raise writer.outcome
+        return writer.outcome  # type: ignore[return-value]
