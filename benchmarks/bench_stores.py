@@ -60,11 +60,12 @@ from _common import (
     verdict,
 )
 
+from otpmem.actors import GenServer
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, LevelDBStoreHandle, MemoryStore
 from otpmem.stores import _leveldb_keys as keys
 
-ADD_VS_ASK_GOAL = 0.8
+ADD_VS_ASK_GOAL = 1.2
 """MemoryStore add throughput over a bare pykka ask roundtrip, at least."""
 
 GET_VS_SLICE_GOAL = 0.5
@@ -166,6 +167,54 @@ def bench_memory_add(quick: bool) -> list[str]:
         f"{med('ask', 0):.1f} us ({med('ask', 2) / 1e3:.1f}k/s) | add/ask = "
         f"{ratio_summary(ratios)} (throughput, paired per repeat, median [min..max] of "
         f"{repeats} x {n}; goal >= {ADD_VS_ASK_GOAL}) -> {verdict(ok)}"
+    ]
+
+
+ADD_IN_PROCESS_GOAL = 5.0
+"""MemoryStore add from a process over a bare pykka ask from a plain thread, at least."""
+
+
+class AddLoop(GenServer):
+    """A process that adds ``n`` one-message batches when asked: adds from a process."""
+
+    def handle_call(self, message: Any) -> Any:
+        """Run the loop; its seconds."""
+        store, conv, pool, n = message
+        began = time.perf_counter()
+        for i in range(n):
+            store.add(conv, [pool[i % len(pool)]])
+        return time.perf_counter() - began
+
+
+def bench_memory_add_in_process(quick: bool) -> list[str]:
+    """MemoryStore add from a process on the schedulers vs a pykka ask from a thread."""
+    n, repeats = (2_000, 3) if quick else (20_000, 5)
+    store = MemoryStore.start_link()
+    actor = EchoActor.start()
+    loop = AddLoop.start_link()
+    conv = Conv("bench", "from-a-process")
+    pool = messages(SMALL, 1_000)
+    ratios, ours, asks = [], [], []
+    try:
+        for _ in range(repeats):
+            seconds = loop.call((store, conv, pool, n), timeout=600)
+            began = time.perf_counter()
+            for i in range(n):
+                actor.ask(pool[i % len(pool)])
+            ask_seconds = time.perf_counter() - began
+            ours.append(seconds / n * 1e6)
+            asks.append(ask_seconds / n * 1e6)
+            ratios.append(ask_seconds / seconds)
+    finally:
+        loop.stop()
+        store.stop()
+        actor.stop()
+    ok = statistics.median(ratios) >= ADD_IN_PROCESS_GOAL
+    return [
+        f"MemoryStore add from a process (1 msg per call): {statistics.median(ours):.1f} us | "
+        f"pykka ask from a thread {statistics.median(asks):.1f} us | add/ask = "
+        f"{ratio_summary(ratios)} (throughput, {repeats} x {n}; goal >= "
+        f"{ADD_IN_PROCESS_GOAL}) -> {verdict(ok)}"
     ]
 
 
@@ -326,6 +375,97 @@ def bench_group_commit(quick: bool, root: Path) -> list[str]:
             f"{med(side, 1):.1f} msgs per fsync ({med(side, 0) / med(side, 1):.0f} fsyncs/s) | "
             f"{naive} | store/naive = {ratio_summary(paired(side))} (throughput, paired per "
             f"repeat, median [min..max] of {repeats} x {count:,} msgs; {goal}"
+        )
+    return lines
+
+
+RAW_GOAL = 0.9
+"""LevelDBStore durable adds over the same writes done with raw plyvel, at least."""
+
+
+def raw_round(
+    db: Any, writers: int, batches: list[list[dict[str, Any]]], per_add: int, single_puts: bool
+) -> float:
+    """``writers`` threads write their batches with raw plyvel, synced, ``per_add``
+    messages per WriteBatch (or one ``put(sync=True)`` each); msgs/s."""
+    start = threading.Barrier(writers + 1)
+    errors: list[BaseException] = []
+
+    def write(k: int) -> None:
+        """This writer's messages under its own prefix, as the store would key them."""
+        prefix = keys.conv_prefix(keys.MESSAGE, Conv(f"raw-{k}", "c"))
+        pack, key, mine = msgpack.packb, keys.message_key, batches[k]
+        base = next(raw_keys) * 1_000_000
+        start.wait()
+        try:
+            for i in range(0, len(mine), per_add):
+                if single_puts:
+                    db.put(key(prefix, base + i), pack(mine[i]), sync=True)
+                    continue
+                batch = db.write_batch(sync=True)
+                for j, message in enumerate(mine[i : i + per_add]):
+                    batch.put(key(prefix, base + i + j), pack(message))
+                batch.write()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(writers)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return sum(len(b) for b in batches) / elapsed
+
+
+raw_keys = itertools.count()
+
+
+def bench_durable_vs_raw(quick: bool, root: Path) -> list[str]:
+    """LevelDBStore add(sync=True) vs raw plyvel doing the same synced writes from the same
+    threads: 16 writers x 1 message (raw: put(sync=True)), 16 x 4 (raw: a WriteBatch per
+    add), 1 x 1 (raw: a synced WriteBatch); paired per repeat, order rotated."""
+    per_writer, one, repeats = (100, 300, 3) if quick else (400, 1_500, 5)
+    cases = [
+        ("16 writers, 1 msg per add", 16, 1, True, "put(sync=True)"),
+        ("16 writers, 4 msgs per add", 16, 4, False, "WriteBatch(sync=True) per add"),
+        ("1 writer, 1 msg per add", 1, 1, False, "WriteBatch(sync=True)"),
+    ]
+    store = LevelDBStore.start_link(root / "raw-store", sync=True)
+    db = plyvel.DB(str(root / "raw-plyvel"), create_if_missing=True)
+    seq = itertools.count()
+    results: dict[str, list[tuple[float, float]]] = {c[0]: [] for c in cases}
+    try:
+        for r in range(repeats + 1):  # the first is a warm-up
+            for label, writers, per_add, single, _ in cases:
+                n = one if writers == 1 else per_writer
+                batches = [messages(next(seq) * n, n) for _ in range(writers)]
+                if r % 2:  # who goes first alternates: the disk warms for the second
+                    raw = raw_round(db, writers, batches, per_add, single)
+                    ours, _ = writers_round(store, writers, batches, per_add)
+                else:
+                    ours, _ = writers_round(store, writers, batches, per_add)
+                    raw = raw_round(db, writers, batches, per_add, single)
+                if r:
+                    results[label].append((ours, raw))
+    finally:
+        store.stop()
+        db.close()
+    lines = []
+    for label, _, _, _, raw_name in cases:
+        pairs = results[label]
+        ratios = [ours / raw for ours, raw in pairs]
+        ok = statistics.median(ratios) >= RAW_GOAL
+        lines.append(
+            f"LevelDBStore add(sync=True) vs raw plyvel, {label}: "
+            f"{statistics.median(p[0] for p in pairs) / 1e3:.1f}k msgs/s | raw {raw_name} "
+            f"{statistics.median(p[1] for p in pairs) / 1e3:.1f}k msgs/s | store/raw = "
+            f"{ratio_summary(ratios)} (throughput, paired per repeat; goal >= {RAW_GOAL}) -> "
+            f"{verdict(ok)}"
         )
     return lines
 
@@ -569,8 +709,10 @@ def main(quick: bool) -> list[str]:
     """Run every store benchmark and return its result lines."""
     root = Path(tempfile.mkdtemp(prefix="bench-stores-", dir=BENCH_DIR))
     try:
-        lines = [*bench_memory_add(quick), *bench_memory_get(quick)]
+        lines = [*bench_memory_add(quick), *bench_memory_add_in_process(quick)]
+        lines += bench_memory_get(quick)
         lines += bench_group_commit(quick, root)
+        lines += bench_durable_vs_raw(quick, root)
         big = build_big_db(root / "big", 100_000 if quick else 1_000_000)
         lines += [*bench_flat_get(quick, big), *bench_reopen(big)]
         lines += bench_memory_rss(quick)

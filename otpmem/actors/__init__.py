@@ -45,7 +45,7 @@ from ._scheduler import (
 )
 from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
-from ._tables import Table, adopt_kept_tables, give_away, new_table, set_heir
+from ._tables import Table, adopt_kept_tables, give_away, new_table, set_heir, writing_for
 from ._waits import Event, sleep
 from ._waits import run_blocking as _run_blocking
 
@@ -107,6 +107,7 @@ __all__ = [
     "unlink",
     "unregister",
     "whereis",
+    "writing_for",
 ]
 
 

@@ -31,6 +31,9 @@ V = TypeVar("V")
 # The default heirs' bookkeeping is guarded by it too, for the same reason.
 _ownership = threading.Lock()
 _NOBODY: Any = object()  # no child is being started
+# The owner a thread writes for, inside ``writing_for`` (ETS's public tables, narrowed:
+# the owner lets a caller write under a lock of its own, which its exit takes first).
+_acting = threading.local()
 
 
 class Table(Generic[K, V]):
@@ -74,7 +77,9 @@ class Table(Generic[K, V]):
             raise Killed(writer)
         data = self._read()
         owner = self._owner
-        if owner is None or owner is not writer:
+        if (owner is None or owner is not writer) and (
+            owner is None or getattr(_acting, "owner", None) is not owner
+        ):
             raise TableError(
                 f"table {self.name!r} is protected: only its owner {owner!r} may write it"
             )
@@ -133,6 +138,29 @@ class Table(Generic[K, V]):
     def clear(self) -> None:
         """Remove every key (owner only)."""
         self._write().clear()
+
+
+class writing_for:
+    """Let this thread write ``owner``'s tables, as the owner, until the block ends.
+
+    For an owner that takes writes on its callers' threads (MemoryStore's adds): the owner
+    serialises those writers under a lock of its own, checks it is alive under that lock,
+    and takes the lock on its way out before its tables move, so no such write lands
+    after it is gone. (A class, not a generator: it is on the hot path of every add.)
+    """
+
+    __slots__ = ("_before", "_owner")
+
+    def __init__(self, owner: Process) -> None:
+        self._owner = owner
+        self._before: Process | None = None
+
+    def __enter__(self) -> None:
+        self._before = getattr(_acting, "owner", None)
+        _acting.owner = self._owner
+
+    def __exit__(self, *exc: object) -> None:
+        _acting.owner = self._before
 
 
 def new_table(name: str, *, heir: Handle | None = None, heir_data: Any = None) -> Table[Any, Any]:

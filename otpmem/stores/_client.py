@@ -58,10 +58,21 @@ class StoreClient:
         follows = check_key(follows, "follows")
         if not batch:
             return
+        self._add_checked(key, batch, idempotency_key, follows, timeout)
+
+    def _add_checked(
+        self,
+        conv: Conv,
+        batch: list[FrozenDict],
+        idempotency_key: str | None,
+        follows: str | None,
+        timeout: float | None,
+    ) -> None:
+        # A store that can take a checked add without a call overrides this.
         if idempotency_key is None and follows is None:
-            self.call(("add", key, batch), timeout)
+            self.call(("add", conv, batch), timeout)
         else:
-            self.call(("add", key, batch, idempotency_key, follows), timeout)
+            self.call(("add", conv, batch, idempotency_key, follows), timeout)
 
     def clear(self, conv: ConvLike, timeout: float | None = 30.0) -> None:
         """Delete the conversation."""

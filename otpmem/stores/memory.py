@@ -16,18 +16,24 @@ the store under its own supervisor, with a keeper beside it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..actors import (
+    CallingSelf,
     GenServer,
     Handle,
+    Killed,
     NoProcess,
+    ServerExited,
     Table,
     TableError,
     TableKeeper,
     claim_table,
     new_table,
+    on_exit,
+    writing_for,
 )
 from ..actors._names import lookup
 from ..actors._node import current
@@ -36,6 +42,7 @@ from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
     ConvLike,
+    FrozenDict,
     InvalidMessage,
     as_conv,
     check_user_id,
@@ -60,6 +67,8 @@ from ._user_index import UserIndex, UserKey, list_conversation, reindex_users, u
 from .longterm import FactLimitReached
 
 READY_TIMEOUT = 5.0
+CLOSE_TIMEOUT = 1.0  # how long an exiting store waits for a caller's write in progress
+WRITES_HERE = frozenset({"add", "import"})
 # (messages, n, pinned positions, idempotency key -> position of its batch or None,
 #  how many pinned messages the n hold, superseded summaries included)
 _Snapshot = tuple[list[dict[str, Any]], int, tuple[int, ...], dict[str, int] | None, int]
@@ -129,6 +138,50 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
             return self._table().mapping()
         except TableError:
             raise NoProcess(self._target()) from None
+
+    def call(self, message: Any, timeout: float | None = 5.0) -> Any:
+        """An add or an import runs here, on this thread, under the store's write lock (no
+        mailbox round trip); anything else, and any write to a store with an injected
+        fault plan (whose faults ride on messages), is a call."""
+        if type(message) is tuple and message and message[0] in WRITES_HERE:
+            process = self._writer()
+            if process is not None:
+                server: MemoryStore = process.server  # type: ignore[assignment]
+                kind, arg = parse_request(message, "MemoryStore")
+                server.write_here(process, kind, arg, self._target())
+                return None
+        return super().call(message, timeout)
+
+    def _add_checked(
+        self,
+        conv: Conv,
+        batch: list[FrozenDict],
+        idempotency_key: str | None,
+        follows: str | None,
+        timeout: float | None,
+    ) -> None:
+        process = self._writer()
+        if process is None:
+            super()._add_checked(conv, batch, idempotency_key, follows, timeout)
+            return
+        server: MemoryStore = process.server  # type: ignore[assignment]
+        server.write_here(process, "add", (conv, batch, idempotency_key, follows), self._target())
+
+    def _writer(self) -> Process | None:
+        """The store to write on this thread, ready; None if writes must be calls."""
+        process = self._process
+        if process is None or process.dead or self._name is not None:
+            process = self.resolve()
+        if process.faults is not None:
+            return None
+        me = current()
+        if me is process:
+            raise CallingSelf(self._target())
+        if me is not None and me.killed:
+            raise Killed(me)
+        if not process.ready.is_set() and not process.wait_ready(READY_TIMEOUT):
+            raise NoProcess(self._target())
+        return process
 
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""
@@ -312,8 +365,49 @@ class MemoryStore(GenServer):
             # An incarnation killed between a conversation's write and its index's left
             # them apart: derive the index again from the conversations themselves.
             reindex_users(self.table)
+        # Adds run on their callers' threads (ETS's write_concurrency): this lock makes them
+        # take turns with each other and with the writes this server runs itself.
+        self.write_lock = threading.Lock()
+        self.writes_open = True
+        on_exit(self._close_writes)
+
+    def _close_writes(self) -> None:
+        # Runs before the table moves to its heir: a write in progress finishes first, and
+        # none starts after (a dead store does nothing more).
+        got = self.write_lock.acquire(timeout=CLOSE_TIMEOUT)
+        self.writes_open = False
+        if got:
+            self.write_lock.release()
+
+    def write_here(self, process: Process, kind: str, arg: Any, target: object) -> None:
+        """Run a checked add or import on the calling thread, as this store's own write."""
+        with self.write_lock:
+            if not self.writes_open or process.killed or process.dead:
+                raise NoProcess(target)
+            try:
+                with writing_for(process):
+                    if kind == "add":
+                        self._append(*arg)
+                    else:
+                        for conv, batch, key in arg:
+                            self._append(conv, batch, key)
+            except self.caller_errors:
+                raise
+            except BaseException as exc:
+                # What would have crashed the server crashes it still: let it restart.
+                process.send(("write_crashed", exc))
+                raise ServerExited(target, exc) from exc
+
+    def handle_info(self, message: Any) -> Any:
+        if type(message) is tuple and len(message) == 2 and message[0] == "write_crashed":
+            raise message[1]
+        return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
+        with self.write_lock:
+            return self._handle_call(message)
+
+    def _handle_call(self, message: Any) -> Any:
         if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
             return self._longterm(*parse_longterm(message, "MemoryStore"))
         kind, arg = parse_request(message, "MemoryStore")

@@ -1,0 +1,162 @@
+"""MemoryStore's adds on their callers' threads: writers still take turns, a dead store
+does nothing more, and what would have crashed the server still crashes it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from otpmem.actors import GenServer, NoProcess, ServerExited, faults
+from otpmem.messages import Conv
+from otpmem.stores import MemoryStore
+from otpmem.supervisors import Supervisor
+
+WAIT = 30.0
+
+
+def msg(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def _run(threads: int, work: Any) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def body(t: int) -> None:
+        try:
+            work(t)
+        except BaseException as exc:
+            errors.append(exc)
+
+    running = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    return errors
+
+
+def test_writers_on_many_threads_never_interleave_and_clear_takes_its_turn() -> None:
+    store = MemoryStore.start_link()
+    conv = Conv("ann", "shared")
+    cleared = threading.Event()
+    try:
+
+        def writer(t: int) -> None:
+            if t == 0:
+                for _ in range(20):
+                    store.clear(conv)  # a server-side write, between the callers' ones
+                cleared.set()
+                return
+            for i in range(300):
+                store.add(conv, [msg(f"{t}:{i}:a"), msg(f"{t}:{i}:b")])
+
+        assert _run(9, writer) == [] and cleared.is_set()
+        contents = [m["content"] for m in store.get(conv)]
+        assert len(contents) % 2 == 0
+        for a, b in zip(contents[::2], contents[1::2], strict=True):
+            assert a.endswith(":a") and b == a[:-1] + "b"  # every batch whole
+        assert store.count(conv) == len(contents)
+        assert store.conversations("ann") == ([conv] if contents else [])
+    finally:
+        store.stop()
+
+
+def test_after_a_kill_no_add_lands_and_every_acknowledged_one_is_kept() -> None:
+    sup = Supervisor.start_link([MemoryStore.child_spec("killed-mid-write")])
+    store = MemoryStore.named("killed-mid-write")
+    first = store.resolve()
+    stop = threading.Event()
+    acked: dict[int, list[str]] = {t: [] for t in range(6)}
+    refused: list[BaseException] = []
+
+    def writer(t: int) -> None:
+        handle = MemoryStore.handle_class(first)  # this incarnation only: never the next
+        i = 0
+        while not stop.is_set():
+            text = f"{t}:{i}"
+            try:
+                handle.add(Conv("ann", f"w{t}"), [msg(text)])
+            except (NoProcess, ServerExited) as exc:
+                refused.append(exc)
+                return
+            acked[t].append(text)
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        faults.kill(store)
+        stop.set()
+        for thread in threads:
+            thread.join(WAIT)
+        pair = sup.child("killed-mid-write")
+        assert pair is not None
+        pair.sync()
+        assert len(refused) == 6  # each writer was turned away by the dead incarnation
+        for t in range(6):
+            stored = [m["content"] for m in store.get(Conv("ann", f"w{t}"))]
+            assert stored == acked[t]  # all acknowledged, and nothing after the kill
+    finally:
+        stop.set()
+        sup.stop()
+
+
+def test_an_add_from_a_process_runs_on_its_thread() -> None:
+    class Writer(GenServer):
+        def handle_call(self, message: Any) -> Any:
+            store, n = message
+            for i in range(n):
+                store.add("from-a-process", [msg(str(i))])
+            return store.count("from-a-process")
+
+    store = MemoryStore.start_link()
+    writer = Writer.start_link()
+    try:
+        assert writer.call((store, 50), timeout=WAIT) == 50
+    finally:
+        writer.stop()
+        store.stop()
+
+
+def test_what_would_have_crashed_the_server_crashes_it_and_it_restarts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sup = Supervisor.start_link([MemoryStore.child_spec("crashing-write")])
+    store = MemoryStore.named("crashing-write")
+    try:
+        store.add("c", [msg("kept")])
+        first = store.resolve()
+        original = MemoryStore._append
+
+        def broken(self: MemoryStore, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("a bug in the write")
+
+        monkeypatch.setattr(MemoryStore, "_append", broken)
+        with pytest.raises(ServerExited, match="a bug in the write"):
+            store.add("c", [msg("lost with the bug")])
+        monkeypatch.setattr(MemoryStore, "_append", original)
+        assert first.exited.wait(WAIT)  # the server died of it
+        pair = sup.child("crashing-write")
+        assert pair is not None
+        pair.sync()
+        store.add("c", [msg("after the restart")])
+        assert [m["content"] for m in store.get("c")] == ["kept", "after the restart"]
+    finally:
+        sup.stop()
+
+
+def test_a_bad_batch_is_refused_and_the_store_lives_on() -> None:
+    store = MemoryStore.start_link()
+    try:
+        with pytest.raises(ValueError):
+            store.call(("add", "c", "not a batch"))
+        with pytest.raises(ValueError):
+            store.call(("import", "not a list"))
+        store.call(("add", "c", [msg("raw call")]))
+        assert store.get("c") == [msg("raw call")] and store.alive
+    finally:
+        store.stop()
