@@ -85,8 +85,9 @@ def reply(messages: list[dict[str, Any]], tools: Any) -> str:
 
 
 def new_model() -> ScriptedModel:
-    """A ScriptedModel that answers ``"ok"`` to every call."""
-    return ScriptedModel(reply)
+    """A ScriptedModel that answers ``"ok"`` to every call, inline (it never waits, so an
+    agent calls it as the by-hand turn does, not through the blocking pool)."""
+    return ScriptedModel(reply, blocks=False)
 
 
 def user_message() -> dict[str, Any]:

@@ -799,3 +799,31 @@ def test_scripted_model_takes_a_function_of_the_messages_alone() -> None:
     assert one.chat(hello).content == "saw:1"
     assert two.chat(hello).content == "tools:None"
     assert defaulted.chat(hello, [{"type": "function"}]).content.startswith("tools:[")
+
+
+def test_a_scripted_function_runs_off_the_schedulers_unless_it_says_it_never_blocks() -> None:
+    from otpmem.agents import Agent
+    from otpmem.memory import DefaultProvider
+    from otpmem.stores import MemoryStore
+
+    seen: list[str] = []
+    store = MemoryStore.start_link()
+
+    def answer(messages: list[dict[str, Any]], tools: Any) -> str:
+        seen.append(threading.current_thread().name)
+        return "ok"
+
+    for blocks in (None, False):
+        model = ScriptedModel(answer) if blocks is None else ScriptedModel(answer, blocks=False)
+        agent = Agent.start_link(
+            llm=model, memory=DefaultProvider(store), conversation_id=f"where-{blocks}"
+        )
+        try:
+            agent.run("hi")
+        finally:
+            agent.stop()
+    store.stop()
+    pooled, inline = seen
+    assert pooled.startswith("otpmem-blocking"), pooled  # may wait on anything: the pool
+    assert not inline.startswith("otpmem-blocking"), inline  # said it never waits: inline
+    assert ScriptedModel(["a"]).blocks is False and ScriptedModel(answer).blocks is True

@@ -53,7 +53,8 @@ class ScriptedModel:
     of what it was sent and of what it answered, counted as ``HeuristicCounter`` counts
     them (chars / 4 plus 3 a message), so budgets and usage sums work offline and
     deterministically. ``usage=False`` answers without usage; a ``ChatResponse`` reply is
-    returned as it is.
+    returned as it is. A function is run off the schedulers (it may wait on anything);
+    ``blocks=False`` says it never waits, and agents then call it inline.
     """
 
     name = "scripted"
@@ -63,11 +64,13 @@ class ScriptedModel:
         replies: Iterable[Reply] | Callable[[list[dict[str, Any]], Any], Reply],
         *,
         usage: bool = True,
+        blocks: bool | None = None,
     ) -> None:
         self.usage = usage
         self._fn = _two_arguments(replies) if callable(replies) else None
-        # A list of replies never blocks; a function may (tests hold turns with events).
-        self.blocks = self._fn is not None
+        # A list of replies never blocks; a function may (tests hold turns with events),
+        # unless its caller says it does not: then agents call it inline, as a local model.
+        self.blocks = self._fn is not None if blocks is None else bool(blocks)
         self._replies = None if callable(replies) else list(replies)
         self._lock = threading.Lock()
         self.calls: list[tuple[list[dict[str, Any]], Any]] = []
