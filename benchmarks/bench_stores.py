@@ -51,6 +51,7 @@ import msgpack
 import plyvel
 from _common import (
     EchoActor,
+    drive,
     latency_race,
     memory_kib,
     race,
@@ -388,37 +389,28 @@ def raw_round(
 ) -> float:
     """``writers`` threads write their batches with raw plyvel, synced, ``per_add``
     messages per WriteBatch (or one ``put(sync=True)`` each); msgs/s."""
-    start = threading.Barrier(writers + 1)
-    errors: list[BaseException] = []
+    pack, key = msgpack.packb, keys.message_key
 
-    def write(k: int) -> None:
-        """This writer's messages under its own prefix, as the store would key them."""
+    def writes(k: int) -> list[Callable[[], Any]]:
+        """This writer's synced writes, under its own prefix, keyed as the store keys them."""
         prefix = keys.conv_prefix(keys.MESSAGE, Conv(f"raw-{k}", "c"))
-        pack, key, mine = msgpack.packb, keys.message_key, batches[k]
         base = next(raw_keys) * 1_000_000
-        start.wait()
-        try:
-            for i in range(0, len(mine), per_add):
-                if single_puts:
-                    db.put(key(prefix, base + i), pack(mine[i]), sync=True)
-                    continue
-                batch = db.write_batch(sync=True)
-                for j, message in enumerate(mine[i : i + per_add]):
-                    batch.put(key(prefix, base + i + j), pack(message))
-                batch.write()
-        except BaseException as exc:
-            errors.append(exc)
+        mine = batches[k]
 
-    threads = [threading.Thread(target=write, args=(k,)) for k in range(writers)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
+        def write(i: int) -> None:
+            """Messages i .. i + per_add - 1, in one synced write."""
+            if single_puts:
+                db.put(key(prefix, base + i), pack(mine[i]), sync=True)
+                return
+            batch = db.write_batch(sync=True)
+            for j, message in enumerate(mine[i : i + per_add]):
+                batch.put(key(prefix, base + i + j), pack(message))
+            batch.write()
+
+        return [lambda i=i: write(i) for i in range(0, len(mine), per_add)]
+
+    groups = [writes(k) for k in range(writers)]
+    elapsed = drive(groups, len(groups[0]))
     return sum(len(b) for b in batches) / elapsed
 
 

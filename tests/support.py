@@ -255,3 +255,24 @@ def send_json(
         handler.send_header(key, value)
     handler.end_headers()
     handler.wfile.write(data)
+
+
+def run_threads(
+    threads: int, work: Callable[[int], object], timeout: float = 30.0
+) -> list[BaseException]:
+    """Run ``work(t)`` on ``threads`` threads at once and join them all; what they raised."""
+    errors: list[BaseException] = []
+
+    def body(t: int) -> None:
+        try:
+            work(t)
+        except BaseException as exc:
+            errors.append(exc)
+
+    running = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join(timeout)
+        assert not thread.is_alive(), "a thread did not finish in time"
+    return errors

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from otpmem.stores._group_commit import GroupCommit
+from tests.support import run_threads
 
 WAIT = 10.0
 
@@ -20,24 +21,6 @@ def _until(predicate: object, what: str) -> None:
             return
         tick.wait(0.002)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def _run(threads: int, work: object) -> list[BaseException]:
-    errors: list[BaseException] = []
-
-    def body(t: int) -> None:
-        try:
-            work(t)  # type: ignore[operator]
-        except BaseException as exc:
-            errors.append(exc)
-
-    running = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
-    for thread in running:
-        thread.start()
-    for thread in running:
-        thread.join(WAIT)
-        assert not thread.is_alive()
-    return errors
 
 
 def test_concurrent_writers_are_each_committed_once_in_their_order() -> None:
@@ -56,7 +39,7 @@ def test_concurrent_writers_are_each_committed_once_in_their_order() -> None:
         for i in range(200):
             answers[(t, i)] = group.submit((t, i))
 
-    assert _run(8, writer) == []
+    assert run_threads(8, writer) == []
     assert sorted(log) == [(t, i) for t in range(8) for i in range(200)]  # each once
     for t in range(8):
         assert [i for u, i in log if u == t] == list(range(200))  # a writer's order kept
@@ -112,7 +95,7 @@ def test_an_item_that_fails_alone_fails_only_its_writer() -> None:
             except ValueError as exc:
                 outcomes[n] = str(exc)
 
-    assert _run(6, writer) == []
+    assert run_threads(6, writer) == []
     for n, outcome in outcomes.items():
         assert outcome == (f"bad {n}" if n % 3 == 0 else n * 10)
     assert len(outcomes) == 300
@@ -136,7 +119,7 @@ def test_a_failed_commit_fails_its_whole_group_and_the_next_writers_go_on() -> N
             except ConnectionError:
                 failed.append(n)
 
-    assert _run(4, writer) == []
+    assert run_threads(4, writer) == []
     assert 13 in failed and sorted(failed + done) == list(range(160))
     assert group.queued == 0  # every leader handed on: nobody is left waiting
     assert group.submit(500) == 500

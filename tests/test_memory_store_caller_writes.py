@@ -12,30 +12,13 @@ from otpmem.actors import GenServer, NoProcess, ServerExited, faults
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore
 from otpmem.supervisors import Supervisor
+from tests.support import run_threads
 
 WAIT = 30.0
 
 
 def msg(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
-
-
-def _run(threads: int, work: Any) -> list[BaseException]:
-    errors: list[BaseException] = []
-
-    def body(t: int) -> None:
-        try:
-            work(t)
-        except BaseException as exc:
-            errors.append(exc)
-
-    running = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
-    for thread in running:
-        thread.start()
-    for thread in running:
-        thread.join(WAIT)
-        assert not thread.is_alive()
-    return errors
 
 
 def test_writers_on_many_threads_never_interleave_and_clear_takes_its_turn() -> None:
@@ -53,7 +36,7 @@ def test_writers_on_many_threads_never_interleave_and_clear_takes_its_turn() -> 
             for i in range(300):
                 store.add(conv, [msg(f"{t}:{i}:a"), msg(f"{t}:{i}:b")])
 
-        assert _run(9, writer) == [] and cleared.is_set()
+        assert run_threads(9, writer) == [] and cleared.is_set()
         contents = [m["content"] for m in store.get(conv)]
         assert len(contents) % 2 == 0
         for a, b in zip(contents[::2], contents[1::2], strict=True):

@@ -15,6 +15,7 @@ from otpmem.messages import Conv, freeze_batch
 from otpmem.stores import KEYS_KEPT, ConversationCleared
 from otpmem.stores.longterm import Usage
 from otpmem.stores.postgres import PostgresStore, PostgresStoreHandle
+from tests.support import run_threads
 
 WAIT = 60.0
 
@@ -41,24 +42,6 @@ def _commit(store: PostgresStoreHandle, adds: list[tuple[Any, ...]]) -> list[Any
     return list(server._commit_adds([(c, freeze_batch(b), k, f) for c, b, k, f in adds]))
 
 
-def _run(threads: int, work: Any) -> list[BaseException]:
-    errors: list[BaseException] = []
-
-    def body(t: int) -> None:
-        try:
-            work(t)
-        except BaseException as exc:
-            errors.append(exc)
-
-    running = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
-    for thread in running:
-        thread.start()
-    for thread in running:
-        thread.join(WAIT)
-        assert not thread.is_alive()
-    return errors
-
-
 def test_sixteen_writers_share_commits_and_every_add_stands_whole(
     store: PostgresStoreHandle,
 ) -> None:
@@ -71,7 +54,7 @@ def test_sixteen_writers_share_commits_and_every_add_stands_whole(
             store.add(own, pair, idempotency_key=f"{t}:{i}")
             store.add(shared, [_user(f"{t}:{i}:a"), _user(f"{t}:{i}:b")])
 
-    assert _run(16, writer) == []
+    assert run_threads(16, writer) == []
     group = store.resolve().server.group
     assert group.groups < group.items  # adds did share commits
     for t in range(16):
@@ -170,7 +153,7 @@ def test_forget_user_racing_group_commits_never_deadlocks(
             conv = Conv("ann", f"c{(t * 7 + i) % 5}")
             store.add(conv, [_user(str(i)), _answer(str(i), 1, "0.01")])
 
-    assert _run(8, work) == []
+    assert run_threads(8, work) == []
     assert deadlocks() == before
 
 

@@ -16,6 +16,7 @@ from ._base import (
     StoreUnavailable,
 )
 from ._documents import parse_import
+from ._memory_handle import MemoryStoreHandle
 from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
 from .longterm import (
@@ -27,7 +28,7 @@ from .longterm import (
     Usage,
     usage_of,
 )
-from .memory import MemoryStore, MemoryStoreHandle
+from .memory import MemoryStore
 
 __all__ = [
     "DEFAULT_STORE_NAME",

@@ -1,6 +1,9 @@
 """MemoryStore: conversations in a table owned by a server, the ETS analogue.
 
-The server owns the table and is its only writer, so two writers never interleave. Readers
+The server owns the table. Adds run on their callers' threads under the store's write lock
+(ETS's write_concurrency), which the server's own writes take too, so two writers never
+interleave and no add costs a mailbox round trip; the server's exit takes the lock before
+the table moves, so no add lands after it is gone. Readers
 on any thread read the table directly, never queueing behind writes: each conversation is
 stored as an immutable snapshot ``(messages, n)`` over an append-only list, replaced on
 every write, so a reader sees either all of an ``add`` or none of it. Each user's
@@ -17,35 +20,27 @@ the store under its own supervisor, with a keeper beside it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..actors import (
-    CallingSelf,
     GenServer,
     Handle,
-    Killed,
     NoProcess,
     ServerExited,
     Table,
-    TableError,
     TableKeeper,
     claim_table,
     new_table,
     on_exit,
     writing_for,
 )
-from ..actors._names import lookup
 from ..actors._node import current
 from ..actors._process import Process
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
-    ConvLike,
-    FrozenDict,
     InvalidMessage,
-    as_conv,
-    check_user_id,
     is_pinned,
     is_summary,
     short_repr,
@@ -57,224 +52,14 @@ from ._base import (
     STORE_INTENSITY,
     STORE_PERIOD,
     ConversationCleared,
-    StoredWindow,
-    check_key,
-    check_last,
 )
-from ._client import StoreClient, parse_request
-from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from ._client import parse_request
+from ._longterm_client import LONGTERM_KINDS, parse_longterm
+from ._memory_handle import MemoryStoreHandle, TableKey, _Snapshot, table_key
 from ._user_index import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
 from .longterm import FactLimitReached
 
-READY_TIMEOUT = 5.0
 CLOSE_TIMEOUT = 1.0  # how long an exiting store waits for a caller's write in progress
-WRITES_HERE = frozenset({"add", "import"})
-# (messages, n, pinned positions, idempotency key -> position of its batch or None,
-#  how many pinned messages the n hold, superseded summaries included)
-_Snapshot = tuple[list[dict[str, Any]], int, tuple[int, ...], dict[str, int] | None, int]
-TableKey = Any  # a conversation (str or Conv), a user's index, or a long-term record
-
-
-def table_key(conv: Conv) -> TableKey:
-    """How a conversation is keyed in the table: a conversation of no user by its id alone.
-
-    A str key hashes once and for all (a tuple rehashes on every lookup), and most reads
-    name a conversation by a plain str.
-    """
-    return conv.conversation_id if conv.user_id is None else conv
-
-
-class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
-    """The ``ChatMemory`` (and ``LongTermStore``) face of a MemoryStore: writes are calls,
-    reads are direct."""
-
-    __slots__ = ("_fast", "_last_table", "_own")
-
-    def __init__(self, process: Any = None, name: str | None = None) -> None:
-        super().__init__(process, name)
-        self._last_table: Table[TableKey, _Snapshot] | None = None
-        # (incarnation, its table's mapping), valid while that incarnation lives and, for a
-        # named handle, still holds the name: the read path then costs a few lookups.
-        self._fast: tuple[Process, dict[TableKey, _Snapshot]] | None = None
-        # The same mapping for a handle to one incarnation, which needs no check at all:
-        # one slot read on the hot path pays for get's key type check (measured).
-        self._own: dict[TableKey, _Snapshot] | None = None
-
-    def _table(self) -> Table[TableKey, _Snapshot]:
-        process = self._process
-        if process is None or process.dead:
-            try:
-                process = self.resolve()
-            except NoProcess:
-                # Restarting under an heir: the table is intact and only its owner writes,
-                # so reads go on from it rather than fail.
-                table = self._last_table
-                if table is not None and not table.deleted:
-                    return table
-                raise
-        if not process.ready.is_set():
-            table = self._last_table
-            if table is not None and not table.deleted:
-                return table
-            if not process.wait_ready(READY_TIMEOUT):
-                raise NoProcess(self._target())
-        current_table: Table[TableKey, _Snapshot] = process.server.table  # type: ignore[attr-defined]
-        self._last_table = current_table
-        try:
-            self._fast = (process, current_table.mapping())
-        except TableError:
-            raise NoProcess(self._target()) from None
-        if self._name is None:
-            self._own = self._fast[1]
-        return current_table
-
-    def _mapping(self) -> dict[TableKey, _Snapshot]:
-        fast = self._fast
-        if fast is not None:
-            process, mapping = fast
-            if not process.dead and (self._name is None or lookup(self._name) is process):
-                return mapping
-        try:
-            return self._table().mapping()
-        except TableError:
-            raise NoProcess(self._target()) from None
-
-    def call(self, message: Any, timeout: float | None = 5.0) -> Any:
-        """An add or an import runs here, on this thread, under the store's write lock (no
-        mailbox round trip); anything else, and any write to a store with an injected
-        fault plan (whose faults ride on messages), is a call."""
-        if type(message) is tuple and message and message[0] in WRITES_HERE:
-            process = self._writer()
-            if process is not None:
-                server: MemoryStore = process.server  # type: ignore[assignment]
-                kind, arg = parse_request(message, "MemoryStore")
-                server.write_here(process, kind, arg, self._target())
-                return None
-        return super().call(message, timeout)
-
-    def _add_checked(
-        self,
-        conv: Conv,
-        batch: list[FrozenDict],
-        idempotency_key: str | None,
-        follows: str | None,
-        timeout: float | None,
-    ) -> None:
-        process = self._writer()
-        if process is None:
-            super()._add_checked(conv, batch, idempotency_key, follows, timeout)
-            return
-        server: MemoryStore = process.server  # type: ignore[assignment]
-        server.write_here(process, "add", (conv, batch, idempotency_key, follows), self._target())
-
-    def _writer(self) -> Process | None:
-        """The store to write on this thread, ready; None if writes must be calls."""
-        process = self._process
-        if process is None or process.dead or self._name is not None:
-            process = self.resolve()
-        if process.faults is not None:
-            return None
-        me = current()
-        if me is process:
-            raise CallingSelf(self._target())
-        if me is not None and me.killed:
-            raise Killed(me)
-        if not process.ready.is_set() and not process.wait_ready(READY_TIMEOUT):
-            raise NoProcess(self._target())
-        return process
-
-    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
-        """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""
-        # The hot read path, kept flat: each bytecode costs next to the slice it guards.
-        # One incarnation's table empties only when deleted, so for a handle to a process a
-        # hit needs no liveness check; a named handle checks who holds the name. Stored keys
-        # were validated when added, so a hit needs only the key's type checked: a plain
-        # tuple equals a Conv and a str subclass its str, and must be refused as as_conv
-        # refuses them. Misses and odd arguments take _get_checked, which raises what bad
-        # input deserves.
-        mapping = self._own
-        if mapping is None:
-            mapping = self._mapping()
-        kind = type(conv)
-        try:
-            entry = mapping.get(conv)
-            if entry is None and kind is Conv and conv[0] is None:
-                entry = mapping.get(conv[1])  # a conversation of no user is keyed by its id
-        except TypeError:  # unhashable: not a conversation
-            entry = None
-        if entry is not None and (kind is str or kind is Conv):
-            messages, n = entry[0], entry[1]
-            if type(last) is int and 0 <= last <= n:
-                return messages[n - last : n]
-            if last is None:
-                return messages[:n]
-        return self._get_checked(conv, last)
-
-    def _get_checked(self, conv: ConvLike, last: int | None) -> list[dict[str, Any]]:
-        key = table_key(as_conv(conv))
-        last = check_last(last)
-        entry = self._mapping().get(key)
-        if entry is None:
-            return []
-        messages, n = entry[0], entry[1]
-        return messages[:n] if last is None or last >= n else messages[n - last : n]
-
-    def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
-        """The pinned index: (position, message) of each system and pinned message and of
-        the newest summary, oldest first."""
-        entry = self._mapping().get(table_key(as_conv(conv)))
-        if entry is None:
-            return []
-        messages = entry[0]
-        return [(position, messages[position]) for position in entry[2]]
-
-    def window(self, conv: ConvLike, last: int) -> StoredWindow:
-        """The newest ``last`` messages and the pinned ones before them, from one snapshot."""
-        key = table_key(as_conv(conv))
-        if check_last(last) is None:
-            raise ValueError("window needs last: an int >= 0")
-        entry = self._mapping().get(key)
-        if entry is None:
-            return StoredWindow([], [], 0, 0)
-        messages, n, pins, _, pinned_count = entry
-        start = max(0, n - last)
-        tail = messages[start:n]
-        before = [(p, messages[p]) for p in pins if p < start]
-        pinned_before = pinned_count - sum(1 for m in tail if is_pinned(m))
-        return StoredWindow(before, tail, start, n, pinned_before)
-
-    def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
-        """Where the batch stored with ``idempotency_key`` begins, or None."""
-        key = table_key(as_conv(conv))
-        if check_key(idempotency_key) is None:
-            raise ValueError("key_position needs an idempotency_key")
-        entry = self._mapping().get(key)
-        keys = None if entry is None else entry[3]
-        return None if keys is None else keys.get(idempotency_key)
-
-    def count(self, conv: ConvLike) -> int:
-        """How many messages the conversation holds."""
-        entry = self._mapping().get(table_key(as_conv(conv)))
-        return 0 if entry is None else entry[1]
-
-    def conversations(self, user_id: str | None = None) -> list[Conv]:
-        """The conversations held: all of them, or one user's (from that user's index:
-        O(their conversations), whatever everybody else holds)."""
-        check_user_id(user_id)
-        mapping: Mapping[Any, Any] = self._mapping()
-        if user_id is None:
-            return [
-                Conv(None, k) if isinstance(k, str) else k
-                for k in list(mapping)
-                if type(k) is not UserKey and not lt.is_longterm(k)
-            ]
-        index: UserIndex | None = mapping.get(UserKey(user_id))
-        if index is None:
-            return []
-        convs, n = index
-        # A conversation is published before it is indexed and dropped before it is
-        # unlisted: the presence check hides the one being cleared.
-        return [c for c in convs[:n] if c in mapping]
 
 
 class MemoryStore(GenServer):
