@@ -32,8 +32,8 @@ _SQL = {
     "%s, %s, %s)",
     "ensure_conv": "INSERT INTO {ns}.conversations (user_key, conversation_id) VALUES (%s, %s) "
     "ON CONFLICT DO NOTHING",
-    "lock_conv": "SELECT next_seq, pinned_count, summary_seq, key_ordinal FROM {ns}.conversations "
-    "WHERE user_key = %s AND conversation_id = %s FOR UPDATE",
+    "lock_conv": "SELECT 1 FROM {ns}.conversations WHERE user_key = %s AND conversation_id = %s "
+    "FOR UPDATE",
     "lock_existing": "SELECT 1 FROM {ns}.conversations WHERE user_key = %s AND "
     "conversation_id = %s FOR UPDATE",
     "delete_messages": "DELETE FROM {ns}.messages WHERE user_key = %s AND conversation_id = %s",
@@ -86,12 +86,10 @@ class Writes:
             for table in ("facts", "fact_history", "profiles")
         ]
 
-    def _lock(self, cur: Any, conv: Conv) -> tuple[int, int, int, int]:
+    def _lock(self, cur: Any, conv: Conv) -> None:
         where = (user_key(conv.user_id), conv.conversation_id)
         cur.execute(self.q["ensure_conv"], where)
         cur.execute(self.q["lock_conv"], where)
-        row = cur.fetchone()
-        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
     def append(
         self,

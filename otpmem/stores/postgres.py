@@ -258,72 +258,71 @@ class PostgresStore(GenServer):
         work, args = self._work(message)
         if work == self.writes.append:
             return self.group.submit(args)
-        try:
-            with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
-                for attempt in range(DEADLOCK_RETRIES + 1):
-                    try:
-                        with conn.transaction():
-                            return work(cur, *args)
-                    except self._rollback:  # a deadlock PostgreSQL broke: ours to retry
-                        if attempt == DEADLOCK_RETRIES:
-                            raise
-        except BaseException as exc:
-            mapped = self._as_caller_error(exc, owner)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        raise AssertionError("unreachable")
+        with self._caller_errors(owner), self._cursor() as (conn, cur):
+            return self._in_transaction(conn, lambda: work(cur, *args))
 
     def _commit_adds(self, adds: Sequence[Add]) -> list[BaseException | None]:
         """Commit a group of adds: one of them alone in one statement, more in one
         transaction; what each caller hears (None: stored)."""
         pending = [i for i, add in enumerate(adds) if add[1]]  # an empty batch stores nothing
         outcomes: list[BaseException | None] = [None] * len(adds)
+        if not pending:
+            return outcomes
+        with self._caller_errors(self.handle), self._cursor() as (conn, cur):
+            if len(pending) > 1:
+                group = [adds[i] for i in pending]
+                try:
+                    answers = self._in_transaction(
+                        conn, lambda: self.writes.append_group(cur, group)
+                    )
+                except self._data_error:
+                    pass  # one add PostgreSQL cannot hold spoiled the group: each alone
+                else:
+                    for i, answer in zip(pending, answers, strict=True):
+                        conv, _, _, follows = adds[i]
+                        try:
+                            check_appended(answer, conv, follows)
+                        except ConversationCleared as exc:
+                            outcomes[i] = exc
+                    return outcomes
+            for i in pending:
+                outcomes[i] = self._commit_alone(cur, adds[i])
+        return outcomes
+
+    def _commit_alone(self, cur: Any, add: Add) -> BaseException | None:
+        """One add in one autocommit statement (one round trip); the error only it hears."""
         try:
-            with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
-                if len(pending) == 1:
-                    return self._commit_alone(cur, adds, pending, outcomes)
-                for attempt in range(DEADLOCK_RETRIES + 1):
-                    try:
-                        with conn.transaction():
-                            answers = self.writes.append_group(cur, [adds[i] for i in pending])
-                        break
-                    except self._rollback:
-                        if attempt == DEADLOCK_RETRIES:
-                            raise
-                    except self._data_error:
-                        # One add PostgreSQL cannot hold spoiled the group: each alone, so
-                        # only that one fails.
-                        for i in pending:
-                            self._commit_alone(cur, adds, [i], outcomes)
-                        return outcomes
+            self.writes.append(cur, *add)
+        except (ConversationCleared, self._data_error) as exc:
+            return self._as_caller_error(exc, self.handle)
+        return None
+
+    @contextmanager
+    def _cursor(self) -> Iterator[tuple[Any, Any]]:
+        with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
+            yield conn, cur
+
+    def _in_transaction(self, conn: Any, work: Callable[[], Any]) -> Any:
+        """``work()`` in one transaction; a deadlock PostgreSQL broke is retried."""
+        for _ in range(DEADLOCK_RETRIES):
+            try:
+                with conn.transaction():
+                    return work()
+            except self._rollback:
+                continue
+        with conn.transaction():
+            return work()
+
+    @contextmanager
+    def _caller_errors(self, owner: object) -> Iterator[None]:
+        """Raise what a failed write means to its caller (see ``_as_caller_error``)."""
+        try:
+            yield
         except BaseException as exc:
-            mapped = self._as_caller_error(exc, self.handle)
+            mapped = self._as_caller_error(exc, owner)
             if mapped is exc:
                 raise
             raise mapped from exc
-        for i, answer in zip(pending, answers, strict=True):
-            conv, _, _, follows = adds[i]
-            try:
-                check_appended(answer, conv, follows)
-            except ConversationCleared as exc:
-                outcomes[i] = exc
-        return outcomes
-
-    def _commit_alone(
-        self,
-        cur: Any,
-        adds: Sequence[Add],
-        which: list[int],
-        outcomes: list[BaseException | None],
-    ) -> list[BaseException | None]:
-        (i,) = which
-        try:
-            # One statement in autocommit is one transaction: one round trip.
-            self.writes.append(cur, *adds[i])
-        except (ConversationCleared, self._data_error) as exc:
-            outcomes[i] = self._as_caller_error(exc, self.handle)
-        return outcomes
 
     def _as_caller_error(self, exc: BaseException, owner: object) -> BaseException:
         """What a failed write means to its caller."""
