@@ -143,3 +143,18 @@ def test_a_bad_batch_is_refused_and_the_store_lives_on() -> None:
         assert store.get("c") == [msg("raw call")] and store.alive
     finally:
         store.stop()
+
+
+def test_a_memory_store_handle_named_over_another_store_still_adds_by_call(
+    tmp_path: Any,
+) -> None:
+    from otpmem.stores import LevelDBStore
+
+    other = LevelDBStore.start_link(tmp_path / "db", name="not-a-memory-store")
+    try:
+        handle = MemoryStore.named("not-a-memory-store")  # a handle's class is not its store's
+        handle.add("c", [msg("by call")])
+        handle.call(("add", "c", [msg("raw")]))
+        assert other.get("c") == [msg("by call"), msg("raw")]
+    finally:
+        other.stop()

@@ -97,9 +97,9 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         mailbox round trip); anything else, and any write to a store with an injected
         fault plan (whose faults ride on messages), is a call."""
         if type(message) is tuple and message and message[0] in WRITES_HERE:
-            process = self._writer()
-            if process is not None:
-                server: MemoryStore = process.server  # type: ignore[assignment]
+            writer = self._writer()
+            if writer is not None:
+                process, server = writer
                 kind, arg = parse_request(message, "MemoryStore")
                 server.write_here(process, kind, arg, self._target())
                 return None
@@ -113,19 +113,21 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         follows: str | None,
         timeout: float | None,
     ) -> None:
-        process = self._writer()
-        if process is None:
+        writer = self._writer()
+        if writer is None:
             super()._add_checked(conv, batch, idempotency_key, follows, timeout)
             return
-        server: MemoryStore = process.server  # type: ignore[assignment]
+        process, server = writer
         server.write_here(process, "add", (conv, batch, idempotency_key, follows), self._target())
 
-    def _writer(self) -> Process | None:
-        """The store to write on this thread, ready; None if writes must be calls."""
+    def _writer(self) -> tuple[Process, MemoryStore] | None:
+        """The store to write on this thread, ready; None if writes must be calls: its
+        faults ride on messages, or the name is another kind of store's."""
         process = self._process
         if process is None or process.dead or self._name is not None:
             process = self.resolve()
-        if process.faults is not None:
+        server: MemoryStore = process.server  # type: ignore[assignment]
+        if process.faults is not None or not getattr(server, "writes_on_callers", False):
             return None
         me = current()
         if me is process:
@@ -134,7 +136,7 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
             raise Killed(me)
         if not process.ready.is_set() and not process.wait_ready(READY_TIMEOUT):
             raise NoProcess(self._target())
-        return process
+        return process, server
 
     def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
         """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""

@@ -55,7 +55,7 @@ from ._base import (
 )
 from ._client import parse_request
 from ._longterm_client import LONGTERM_KINDS, parse_longterm
-from ._memory_handle import MemoryStoreHandle, TableKey, _Snapshot, table_key
+from ._memory_handle import WRITES_HERE, MemoryStoreHandle, TableKey, _Snapshot, table_key
 from ._user_index import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
 from .longterm import FactLimitReached
 
@@ -81,6 +81,7 @@ class MemoryStore(GenServer):
         FactLimitReached,
     )
     handle_class = MemoryStoreHandle
+    writes_on_callers = True  # its handles run adds on their own threads (write_here)
 
     @classmethod
     def start_link(  # type: ignore[override]
@@ -171,11 +172,7 @@ class MemoryStore(GenServer):
                 raise NoProcess(target)
             try:
                 with writing_for(process):
-                    if kind == "add":
-                        self._append(*arg)
-                    else:
-                        for conv, batch, key in arg:
-                            self._append(conv, batch, key)
+                    self._add_or_import(kind, arg)
             except self.caller_errors:
                 raise
             except BaseException as exc:
@@ -196,9 +193,8 @@ class MemoryStore(GenServer):
         if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
             return self._longterm(*parse_longterm(message, "MemoryStore"))
         kind, arg = parse_request(message, "MemoryStore")
-        if kind == "add":
-            conv, batch, key, follows = arg
-            self._append(conv, batch, key, follows)
+        if kind in WRITES_HERE:
+            self._add_or_import(kind, arg)
         elif kind == "clear":
             mapping = self.table.mapping()
             existed = table_key(arg) in mapping
@@ -212,14 +208,19 @@ class MemoryStore(GenServer):
             records = lt.user_records(arg, convs)
             # One step: the index, the conversations and the records go together.
             self.table.update(lt.forget_puts(rows, arg), [UserKey(arg), *convs, *records])
-        elif kind == "import":
-            for conv, batch, key in arg:
-                self._append(conv, batch, key)
         elif kind == "adopted":
             return self.adopted
         else:
             raise ValueError(f"MemoryStore does not understand {short_repr(message)}")
         return None
+
+    def _add_or_import(self, kind: str, arg: Any) -> None:
+        """A parsed ``add`` or ``import``, on whichever thread writes for this store."""
+        if kind == "add":
+            self._append(*arg)
+        else:
+            for conv, batch, key in arg:
+                self._append(conv, batch, key)
 
     def _append(
         self,
