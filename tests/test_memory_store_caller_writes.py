@@ -158,3 +158,47 @@ def test_a_memory_store_handle_named_over_another_store_still_adds_by_call(
         assert other.get("c") == [msg("by call"), msg("raw")]
     finally:
         other.stop()
+
+
+def test_under_a_plain_childspec_kills_and_crashes_lose_and_repeat_no_keyed_add() -> None:
+    from otpmem.actors import CallTimeout
+    from otpmem.supervisors import ChildSpec
+
+    spec = ChildSpec("plain-memory", start=lambda: MemoryStore.start_link(name="plain-memory"))
+    sup = Supervisor.start_link([spec], intensity=1000, period=1.0)
+    store = MemoryStore.named("plain-memory")
+    stop = threading.Event()
+    acked = dict.fromkeys(range(4), 0)
+
+    def writer(t: int) -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                store.add(Conv("u", f"w{t}"), [msg(str(i))], idempotency_key=str(i))
+            except (NoProcess, ServerExited, CallTimeout):
+                continue  # restarting: the same add again, under its key
+            i += 1
+            acked[t] = i
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        for k in range(20):
+            try:
+                if k % 2:
+                    faults.kill(store)
+                else:
+                    faults.crash(store, RuntimeError(f"crash {k}"))
+            except NoProcess:
+                pass
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(WAIT)
+    try:
+        for t in range(4):
+            stored = [m["content"] for m in store.get(Conv("u", f"w{t}"))]
+            assert stored == [str(i) for i in range(acked[t])]  # the heir kept all, once
+    finally:
+        sup.stop()
