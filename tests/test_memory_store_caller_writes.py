@@ -197,6 +197,7 @@ def test_under_a_plain_childspec_kills_and_crashes_lose_and_repeat_no_keyed_add(
         for thread in threads:
             thread.join(WAIT)
     try:
+        sup.sync()  # the last fault's restart is done: the store is there to read
         for t in range(4):
             stored = [m["content"] for m in store.get(Conv("u", f"w{t}"))]
             assert stored == [str(i) for i in range(acked[t])]  # the heir kept all, once
