@@ -15,10 +15,8 @@ killed node, and once every conversation is done merges the nodes' ledgers
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,57 +32,11 @@ from ._sim_timeline import Timeline
 from .llm import ModelError
 from .simulate import Simulation, SimulationReport, _conv_id
 from .stores import StoreUnavailable
+from .stores.postgres import embedded_server
 
 POLL = 0.1
 EMBEDDED_NAMESPACE = "otpmem_sim"
 NODE_STOP_TIMEOUT = 60.0
-
-
-@contextmanager
-def embedded_server(where: Path) -> Iterator[str]:
-    """PostgreSQL (pgserver) under ``where`` for the block; its DSN. Stopped at the end
-    unless another process still uses it."""
-    with warnings.catch_warnings():
-        # Importing pgserver, platformdirs warns that XDG_RUNTIME_DIR is unset; pgserver
-        # then puts its lock under /tmp, which is fine: not the user's news.
-        warnings.simplefilter("ignore")
-        try:
-            import pgserver
-        except ImportError:
-            raise StoreUnavailable(
-                "--store postgres without a DSN runs an embedded PostgreSQL: "
-                "pip install 'otpmem[postgres]', or pass --store postgres=DSN"
-            ) from None
-    where.mkdir(parents=True, exist_ok=True)
-    _forget_dead_handles(where)
-    server = pgserver.get_server(where, cleanup_mode="stop")  # type: ignore[attr-defined]
-    try:
-        yield str(server.get_uri())
-    finally:
-        server.cleanup()
-
-
-def _forget_dead_handles(where: Path) -> None:
-    # pgserver stops its server when the last process that opened it lets go, counting them
-    # in .handle_pids.json; a SIGKILLed run never let go, and would keep it running forever.
-    handles = where / ".handle_pids.json"
-    try:
-        pids = json.loads(handles.read_text())
-    except (OSError, ValueError):
-        return
-    alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
-    if alive != pids:
-        handles.write_text(json.dumps(alive))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def merge_ledgers(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -389,4 +341,4 @@ class ClusterSimulation(Simulation):
             )
 
 
-__all__ = ["ClusterSimulation", "embedded_server", "merge_ledgers"]
+__all__ = ["ClusterSimulation", "merge_ledgers"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from otpmem.messages import Conv
@@ -204,3 +205,13 @@ __all__ = [
     "simulate_args",
     "tree_state",
 ]
+
+
+def servers_under(where: Path) -> list[psutil.Process]:
+    """PostgreSQL servers whose data directory is under ``where``."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.info["name"] == "postgres" and str(where) in cmdline:
+            found.append(proc)
+    return found

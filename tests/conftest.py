@@ -67,6 +67,24 @@ def postgres_server() -> Iterator[str]:
 
 
 @pytest.fixture
+def run_dir() -> Iterator[Path]:
+    """A run directory for the embedded PostgreSQL: made with mkdtemp, since pgserver (run
+    as root) runs the server as another user, who cannot enter pytest's 0700 base."""
+    import shutil
+    import tempfile
+
+    from tests.cli_support import servers_under
+
+    where = Path(tempfile.mkdtemp(prefix="otpmem-run-test-"))
+    try:
+        yield where / "run"
+    finally:
+        for server in servers_under(where):  # only after a failure: the command stops it
+            server.kill()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
 def postgres_dsn(postgres_server: str) -> str:
     """The session's PostgreSQL DSN."""
     return postgres_server

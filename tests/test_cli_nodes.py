@@ -5,11 +5,8 @@ taken over, ``--resume`` of a multi-node run, and clear refusals."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +20,10 @@ from tests.cli_support import (
     first_number,
     no_traceback,
     otpmem,
+    servers_under,
 )
 
 WAIT = 120.0
-
-
-@pytest.fixture
-def run_dir() -> Iterator[Path]:
-    """A run directory for the embedded PostgreSQL: made with mkdtemp, since pgserver (run
-    as root) runs the server as another user, who cannot enter pytest's 0700 base."""
-    where = Path(tempfile.mkdtemp(prefix="otpmem-nodes-test-"))
-    try:
-        yield where / "run"
-    finally:
-        for server in servers_under(where):  # only after a failure: the command stops it
-            server.kill()
-        shutil.rmtree(where, ignore_errors=True)
-
-
-def servers_under(where: Path) -> list[psutil.Process]:
-    """PostgreSQL servers whose data directory is under ``where``."""
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if proc.info["name"] == "postgres" and str(where) in cmdline:
-            found.append(proc)
-    return found
 
 
 def nodes_of(data: Path) -> list[psutil.Process]:

@@ -11,7 +11,10 @@ import click
 from click.shell_completion import CompletionItem
 
 F = TypeVar("F", bound=Callable[..., Any])
-DATA_HELP = "The store's directory (a LevelDB store, as `otpmem simulate` leaves one)."
+DATA_HELP = (
+    "The store's directory: a LevelDB store, or a run of `otpmem simulate` (with --store "
+    "postgres, the run's PostgreSQL schema)."
+)
 
 
 def _non_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -19,7 +19,8 @@ from .store_access import ReadStore, reading
 
 READ_ONLY = (
     "The store is read from a snapshot (its table files hard-linked, its log and manifest "
-    "copied, into a temporary directory): its own directory is not written."
+    "copied, into a temporary directory): its own directory is not written. A run on "
+    "PostgreSQL is read from its schema, on the server its run.json names."
 )
 
 

@@ -4,21 +4,34 @@ to write, the directory itself, refusing one that holds something else.
 Every read goes through ``ReadStore``, which turns whatever a damaged store raises (plyvel,
 snappy or msgpack errors, garbage where a key should be) into the one ``StoreCorrupt``
 message that names the store's own path, never the snapshot's.
+
+A run of ``otpmem simulate --store postgres`` keeps its conversations in PostgreSQL, not
+in its directory: its ``run.json`` names the server (the embedded one under
+``DATA/postgres``, or a DSN kept without its password, which libpq then takes from
+``PGPASSWORD`` or ``~/.pgpass``) and the run's schema, and the commands read and write
+there.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import store_files
 from ..messages import Conv, ConvLike
+from ..simulate import RunParams, RunRefused
 from ..stores import LevelDBStore, LevelDBStoreHandle, SearchHit, StoreError
 from .errors import CommandError
+
+if TYPE_CHECKING:
+    from ..stores.postgres import PostgresStoreHandle
+
+    StoreHandle = LevelDBStoreHandle | PostgresStoreHandle
 
 LOCK_TIMEOUT = 1.0
 T = TypeVar("T")
@@ -36,16 +49,17 @@ def _damage_types() -> tuple[type[BaseException], ...]:
 class ReadStore:
     """The reads the commands make, on a snapshot of the store at ``path``."""
 
-    def __init__(self, handle: LevelDBStoreHandle, path: Path) -> None:
+    def __init__(self, handle: StoreHandle, path: Path, damage: bool = True) -> None:
         self.handle = handle
         self.path = path
+        self._damage = _damage_types() if damage else ()
 
     def _read(self, read: Callable[[], T]) -> T:
         try:
             return read()
         except StoreError:
             raise
-        except _damage_types() as exc:
+        except self._damage as exc:
             raise store_files.corrupt(self.path, store_files.error_text(exc)) from None
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
@@ -90,9 +104,62 @@ def _relabel(exc: StoreError, copy: Path, path: Path) -> StoreError:
     return type(exc)(str(exc).replace(os.fspath(copy), os.fspath(path)))
 
 
+def postgres_run(path: Path) -> dict[str, str] | None:
+    """The PostgreSQL store of the simulation run in ``path`` (its ``run.json``), or None."""
+    try:
+        params = RunParams.load(path)
+    except (RunRefused, OSError):
+        return None  # not a run's directory: whatever it is, the LevelDB path says
+    if params is None or params.store.get("kind") != "postgres":
+        return None
+    return params.store
+
+
+def _without_password(dsn: str) -> str:
+    """A DSN run.json kept (password replaced by ``***``) with no password at all."""
+    dsn = re.sub(r"(://[^:/@]*):\*\*\*@", r"\1@", dsn)
+    return re.sub(r"\s*password=\*\*\*", "", dsn).strip()
+
+
+@contextmanager
+def _postgres(path: Path, store: dict[str, str]) -> Iterator[PostgresStoreHandle]:
+    """The run's PostgresStore, started on its server (the embedded one started for the
+    block); a run whose schema is not there yet is refused, not created."""
+    from ..stores.postgres import PostgresStore, embedded_server, redact, schema_exists
+
+    namespace = store.get("namespace") or "otpmem_sim"
+    with ExitStack() as stack:
+        dsn = store.get("dsn") or ""
+        if dsn:
+            dsn = _without_password(dsn)
+        else:
+            where = path / "postgres"
+            if not where.is_dir():
+                raise CommandError(
+                    f"{path} is a run on the embedded PostgreSQL, but {where} is missing"
+                )
+            dsn = stack.enter_context(embedded_server(where))
+        if not schema_exists(dsn, namespace):
+            raise CommandError(
+                f"the run in {path} has no schema {namespace!r} on {redact(dsn)}: "
+                "it stored nothing yet"
+            )
+        handle = PostgresStore.start_link(dsn, namespace=namespace, pool_size=2)
+        try:
+            yield handle
+        finally:
+            if handle.alive:
+                handle.stop()
+
+
 @contextmanager
 def reading(path: Path) -> Iterator[ReadStore]:
     """Open the store at ``path`` to read, without writing to its directory."""
+    store = postgres_run(path)
+    if store is not None:
+        with _postgres(path, store) as shared:
+            yield ReadStore(shared, path, damage=False)
+        return
     with store_files.snapshot(path, LOCK_TIMEOUT) as copy:
         try:
             store_files.check_readable(copy)  # every block's checksum: no garbage read back
@@ -109,10 +176,15 @@ def reading(path: Path) -> Iterator[ReadStore]:
 
 
 @contextmanager
-def writing(path: Path) -> Iterator[LevelDBStoreHandle]:
+def writing(path: Path) -> Iterator[StoreHandle]:
     """Open (or create) the store at ``path`` to write. A directory that exists, is not
     empty and is not a store is refused; a directory this call created and that holds no
     store once the block failed is removed again."""
+    store = postgres_run(path)
+    if store is not None:
+        with _postgres(path, store) as shared:
+            yield shared
+        return
     created = _missing_top(path)
     if path.exists():
         if not path.is_dir():

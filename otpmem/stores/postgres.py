@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -46,6 +45,7 @@ from ._base import (
 from ._client import StoreClient, parse_request
 from ._group_commit import GroupCommit
 from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from ._pg_embedded import embedded_dsn, embedded_server
 from ._pg_reads import PostgresReads, compose
 from ._pg_schema import check_namespace, ensure_schema
 from ._pg_writes import Add, Writes, check_appended
@@ -86,19 +86,17 @@ def redact(dsn: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
 
 
-def embedded_dsn(data_dir: str | os.PathLike[str] | None) -> str:
-    """Start (or join) a PostgreSQL server of our own under ``data_dir`` (pgserver)."""
+def schema_exists(dsn: str, namespace: str) -> bool:
+    """Whether the server at ``dsn`` holds an otpmem schema ``namespace`` (made by a store)."""
+    psycopg, _ = _psycopg()
     try:
-        import pgserver
-    except ImportError as exc:
-        raise StoreUnavailable(
-            "no DSN was given and the embedded PostgreSQL is not installed: "
-            "pip install 'otpmem[postgres]', or pass a DSN"
-        ) from exc
-    where = os.fspath(data_dir) if data_dir is not None else tempfile.mkdtemp(prefix="otpmem-pg-")
-    server = pgserver.get_server(where, cleanup_mode="stop")  # type: ignore[attr-defined]
-    uri: str = server.get_uri()
-    return uri
+        with psycopg.connect(dsn, connect_timeout=int(CONNECT_TIMEOUT)) as conn:
+            row = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{namespace}.schema_version",)
+            ).fetchone()
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailable(f"cannot reach PostgreSQL at {redact(dsn)}: {exc}") from None
+    return bool(row and row[0])
 
 
 class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
@@ -366,4 +364,10 @@ class PostgresStore(GenServer):
             self.writes.append_group(cur, adds)
 
 
-__all__ = ["PostgresStore", "PostgresStoreHandle", "embedded_dsn"]
+__all__ = [
+    "PostgresStore",
+    "PostgresStoreHandle",
+    "embedded_dsn",
+    "embedded_server",
+    "schema_exists",
+]
