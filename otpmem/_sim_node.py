@@ -102,6 +102,9 @@ class NodeSimulation(simulate.Simulation):
             intensity=10_000,
             period=1.0,
             listeners=[self._on_event],
+            # Every add holds its conversation's lease as it commits: a node frozen past
+            # its leases thaws to refusals, not to writes beside its successor's.
+            fence=lambda conv: self.leases.fence(conv.conversation_id),
         )
         ledger = Ledger(ledger_path(cfg.data_dir, cfg.node_id))
         heartbeat = Heartbeat(self.leases, cfg.turns, on_lost=self._lost).start()
@@ -206,9 +209,15 @@ class NodeSimulation(simulate.Simulation):
             except (_Dropped, simulate._Stopped):
                 continue
             except StoreError as exc:  # the leases' database: this conversation waits
-                print(f"node {self.config.node_id}: {exc}", file=sys.stderr, flush=True)
+                if not self._lease_gone(i):
+                    print(f"node {self.config.node_id}: {exc}", file=sys.stderr, flush=True)
                 self._drop(i)
             except Exception as exc:  # reported, and the run fails: never a silent short run
+                if self._lease_gone(i):
+                    # It failed on what its successor did meanwhile (a node frozen mid-turn
+                    # reads the turns taken over): the conversation is the successor's.
+                    self._drop(i)
+                    continue
                 self._errors.append(f"node {self.config.node_id}, agent {i}: {exc!r}")
                 self._stopping.set()
 
@@ -286,6 +295,13 @@ class NodeSimulation(simulate.Simulation):
         if not self.leases.held(name) and not self.leases.advance(name, self._next[i]):
             self._drop(i)
             raise _Dropped(name)
+
+    def _lease_gone(self, i: int) -> bool:
+        """Whether the database says this node no longer holds conversation ``i``'s lease."""
+        try:
+            return not self.leases.advance(simulate._conv_id(i), self._next[i])
+        except StoreError:
+            return False  # unreachable: it cannot say, so the failure stands
 
     def _run_turn(self, agent: AgentHandle, text: str, turn_id: str) -> list[dict[str, Any]]:
         # Every attempt first makes sure the lease is still ours: a node that lost it must

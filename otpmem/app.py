@@ -32,7 +32,7 @@ from typing import Any
 from .actors import whereis
 from .agents import Agent, AgentHandle
 from .memory.recall import default as recall
-from .messages import short_repr
+from .messages import Conv, short_repr
 from .stores import (
     DEFAULT_STORE_NAME,
     STORE_INTENSITY,
@@ -112,6 +112,7 @@ def _store_spec(
             namespace=postgres["namespace"],
             pool_size=postgres["pool_size"],
             data_dir=data_dir,
+            fence=postgres["fence"],
             intensity=intensity,
             period=period,
             listeners=listeners,
@@ -153,6 +154,7 @@ def start(
     dsn: str | None = None,
     namespace: str = "otpmem",
     pool_size: int = 8,
+    fence: Callable[[Conv], Any] | None = None,
 ) -> SupervisorHandle:
     """Start the application tree; the default store lives in memory, in LevelDB under
     ``data_dir``, or in PostgreSQL (``store="postgres"``, or any ``dsn``). An unsupervised
@@ -161,7 +163,8 @@ def start(
     ``store`` is ``"memory"`` (no ``data_dir``), ``"leveldb"`` (``data_dir``) or
     ``"postgres"``: the server at ``dsn``, or without one an embedded PostgreSQL under
     ``data_dir`` (a temporary directory if none), in the schema ``namespace`` with
-    ``pool_size`` connections; many nodes may start on one schema and share it.
+    ``pool_size`` connections; many nodes may start on one schema and share it, and
+    ``fence(conv)`` names the lease each add must still hold (see ``PostgresStore``).
 
     The root and the agents' supervisor allow ``intensity`` restarts in ``period`` s (10
     in 10 s); the store's own supervisor ``store_intensity`` in ``store_period`` s (20 in
@@ -172,7 +175,9 @@ def start(
     """
     listeners = list(listeners)
     kind = store_kind(store, data_dir, dsn)
-    postgres = {"dsn": dsn, "namespace": namespace, "pool_size": pool_size}
+    if fence is not None and kind != "postgres":
+        raise ValueError(f"fence needs store='postgres' (its leases live there), not {kind!r}")
+    postgres = {"dsn": dsn, "namespace": namespace, "pool_size": pool_size, "fence": fence}
     # Built (and its arguments checked) before an orphan store is stopped: a bad argument
     # must not cost the orphan's conversations.
     spec = _store_spec(kind, data_dir, sync, store_intensity, store_period, listeners, postgres)

@@ -39,7 +39,7 @@ def _answer(text: str, tokens: int, cost: str) -> dict[str, Any]:
 def _commit(store: PostgresStoreHandle, adds: list[tuple[Any, ...]]) -> list[Any]:
     """Commit ``adds`` as one group, as the group's leader would."""
     server = store.resolve().server
-    return list(server._commit_adds([(c, freeze_batch(b), k, f) for c, b, k, f in adds]))
+    return list(server._commit_adds([((c, freeze_batch(b), k, f), None) for c, b, k, f in adds]))
 
 
 def test_sixteen_writers_share_commits_and_every_add_stands_whole(

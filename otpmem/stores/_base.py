@@ -51,6 +51,11 @@ class StoreUnavailable(StoreError):
     """The store's directory cannot be opened (missing, not a directory, no permission)."""
 
 
+class LeaseLost(StoreError):
+    """A fenced write found that its lease is no longer its writer's (another owner claimed
+    it since), so nothing was stored: the conversation is another writer's now."""
+
+
 class ConversationCleared(StoreError):
     """A write that continues an earlier batch (``follows=key``) found that batch gone: the
     conversation was cleared (or its user forgotten) since, so nothing was stored."""

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._base import StoreUnavailable
 
@@ -46,19 +46,24 @@ CREATE TABLE IF NOT EXISTS {ns}.leases (
 )
 """
 _TTL = "now() + make_interval(secs => %(ttl)s)"
+# A claim takes the lease's lock (exclusive, until it commits), so a fenced write that
+# holds it shared commits first and its successor reads the conversation after it (see
+# Fence). It only tries: a lease whose write is in flight is not taken this time (its
+# writer may be frozen mid-transaction until PostgreSQL ends that transaction).
+_LOCKED = "pg_try_advisory_xact_lock(hashtext(%(lock_prefix)s || {name}))"
 _CLAIM = f"""
 INSERT INTO {{ns}}.leases AS l (name, owner, expires_at, epoch)
     VALUES (%(name)s, %(owner)s, {_TTL}, 1)
 ON CONFLICT (name) DO UPDATE
     SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, epoch = l.epoch + 1
-    WHERE l.expires_at < now()
+    WHERE l.expires_at < now() AND {_LOCKED.format(name="l.name")}
 RETURNING l.progress, l.epoch
 """
 # Two nodes claiming at once get disjoint sets: rows another claimer locked are skipped.
 _CLAIM_FREE = f"""
 WITH free AS (
     SELECT name FROM {{ns}}.leases
-    WHERE expires_at < now() AND progress < %(below)s
+    WHERE expires_at < now() AND progress < %(below)s AND {_LOCKED.format(name="name")}
     ORDER BY name LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 )
 UPDATE {{ns}}.leases AS l
@@ -86,6 +91,29 @@ UPDATE {{ns}}.leases SET progress = greatest(progress, %(progress)s), expires_at
     WHERE name = %(name)s AND owner = %(owner)s AND epoch = %(epoch)s
 RETURNING name
 """
+
+
+class Fence(NamedTuple):
+    """A lease a write must still hold when it commits: the lease ``name``, its ``owner``
+    and the ``epoch`` it was claimed with (``Leases.fence`` gives one).
+
+    A fenced add takes the lease's lock shared, then checks the lease row in a new
+    snapshot: if a claim committed meanwhile (its epoch moved on), nothing is stored and
+    the writer hears ``LeaseLost``. A claim takes that lock exclusive before it commits,
+    so a fenced write that passed its check commits before the claim does, and the
+    successor, which reads the conversation after its claim, sees it. A writer frozen
+    past its lease (a GC pause, a stopped VM) thaws to refusals, never to writes beside
+    its successor's.
+    """
+
+    name: str
+    owner: str
+    epoch: int
+
+
+def lease_lock_prefix(namespace: str) -> str:
+    """What a lease's lock key is hashed from, before the lease's name."""
+    return f"otpmem.lease.{namespace}."
 
 
 @dataclass(frozen=True)
@@ -122,6 +150,7 @@ class Leases:
         # name -> (epoch, valid until, sent at): what this owner knows it holds.
         self._held: dict[str, tuple[int, float, float]] = {}
         self._state = threading.Lock()
+        self._lock_prefix = lease_lock_prefix(namespace)
         from psycopg import sql
 
         ns = sql.Identifier(namespace)
@@ -151,6 +180,7 @@ class Leases:
 
         params.setdefault("owner", self.owner)
         params.setdefault("ttl", self.ttl)
+        params.setdefault("lock_prefix", self._lock_prefix)
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
@@ -288,6 +318,13 @@ class Leases:
         self._lost(name)
         self._execute("release", name=name)
 
+    def fence(self, name: str) -> Fence:
+        """The fence of a write to ``name``'s work: the epoch this owner claimed it with
+        (0, which no claim has, once it knows it lost it: every such write is refused)."""
+        with self._state:
+            held = self._held.get(name)
+        return Fence(name, self.owner, held[0] if held is not None else 0)
+
     def held(self, name: str) -> bool:
         """Whether this owner certainly still holds ``name`` (see the module docstring)."""
         held = self._held.get(name)
@@ -355,4 +392,4 @@ class Heartbeat:
             self._thread.join(timeout)
 
 
-__all__ = ["Heartbeat", "Lease", "Leases", "ensure_leases"]
+__all__ = ["Fence", "Heartbeat", "Lease", "Leases", "ensure_leases", "lease_lock_prefix"]

@@ -21,6 +21,7 @@ from typing import Any
 from psycopg import sql
 
 from ._base import StoreUnavailable
+from ._pg_leases import lease_lock_prefix
 
 SCHEMA_VERSION = 2
 _NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -221,6 +222,29 @@ END
 $fn$;
 """
 
+# Which of the fenced writes lost their lease: the leases' locks shared first (in one
+# order), then the rows read by a statement of its own, whose snapshot is taken after the
+# locks were granted, so a claim that committed while this waited is seen (see Fence).
+_FENCE = """
+CREATE OR REPLACE FUNCTION {ns}.fence_lost(names text[], owners text[], epochs bigint[])
+RETURNS integer[] LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(k) FROM (
+        SELECT DISTINCT hashtext({lock_prefix} || n) AS k FROM unnest(names) AS n ORDER BY 1
+    ) AS keys;
+    RETURN ARRAY(
+        SELECT f.i::integer FROM unnest(names, owners, epochs) WITH ORDINALITY
+            AS f(name, owner, epoch, i)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {ns}.leases l
+            WHERE l.name = f.name AND l.owner = f.owner AND l.epoch = f.epoch
+        )
+        ORDER BY f.i
+    );
+END
+$fn$;
+"""
+
 # Version 1 also indexed the keys by (user_key, conversation_id, ordinal) to forget the
 # oldest: with young statistics the planner could look a key up through that index,
 # scanning every kept key of the conversation (0.5 ms an add at 3,000 keys). Version 2
@@ -272,6 +296,8 @@ def ensure_schema(conn: Any, namespace: str) -> None:
                 f"otpmem; this one knows versions up to {SCHEMA_VERSION}"
             )
         conn.execute(sql.SQL(_APPEND).format(ns=ns))
+        prefix = sql.Literal(lease_lock_prefix(namespace))
+        conn.execute(sql.SQL(_FENCE).format(ns=ns, lock_prefix=prefix))
         if version != SCHEMA_VERSION:
             # A new schema and a version-1 one take the same step.
             conn.execute(sql.SQL(_MIGRATE_TO_2).format(ns=ns))

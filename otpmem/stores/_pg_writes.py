@@ -19,6 +19,7 @@ from psycopg import sql
 
 from ..messages import Conv, FrozenDict, is_pinned, is_summary
 from ._base import KEYS_KEPT, ConversationCleared
+from ._pg_leases import Fence
 from ._pg_schema import user_key
 from .longterm import Fact, Profile, Usage, fact_as_list, fact_from_list, plan_facts, usage_of
 
@@ -30,6 +31,7 @@ _SQL = {
     "append": "SELECT {ns}.append(%s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "append_group": "SELECT {ns}.append_group(%s, %s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, "
     "%s, %s, %s)",
+    "fence_lost": "SELECT {ns}.fence_lost(%s, %s, %s)",
     "ensure_conv": "INSERT INTO {ns}.conversations (user_key, conversation_id) VALUES (%s, %s) "
     "ON CONFLICT DO NOTHING",
     "lock_conv": "SELECT 1 FROM {ns}.conversations WHERE user_key = %s AND conversation_id = %s "
@@ -133,6 +135,13 @@ class Writes:
         for position, i in enumerate(order):
             unsorted[i] = int(answers[position])
         return unsorted
+
+    def fence_lost(self, cur: Any, fences: Sequence[Fence]) -> list[int]:
+        """Which of ``fences`` (their indices) no longer hold their lease; the ones that do
+        hold it until the caller's transaction ends (see ``Fence``)."""
+        names, owners, epochs = (list(column) for column in zip(*fences, strict=True))
+        cur.execute(self.q["fence_lost"], (names, owners, epochs))
+        return [int(i) - 1 for i in cur.fetchone()[0]]
 
     def clear(self, cur: Any, conv: Conv) -> None:
         """Delete one conversation (its user's usage sums stay; its windows restart)."""

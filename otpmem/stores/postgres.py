@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,31 +33,38 @@ from ..actors import (
     on_exit,
 )
 from ..actors.faults import FaultPlan
-from ..messages import InvalidMessage, short_repr
+from ..messages import short_repr
 from ..supervisors import ChildSpec, SupervisorEvent
 from ._base import (
     STORE_INTENSITY,
     STORE_PERIOD,
-    ConversationCleared,
+    LeaseLost,
     StoreUnavailable,
 )
 from ._client import StoreClient, parse_request
 from ._group_commit import GroupCommit
 from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from ._pg_commit import (
+    CALLER_ERRORS,
+    CONNECT_TIMEOUT,
+    IDLE_IN_TRANSACTION_MS,
+    Committing,
+    FencedAdd,
+    FenceOf,
+    redact,
+    refused,
+)
 from ._pg_embedded import embedded_dsn, embedded_server
+from ._pg_leases import Fence, Lease, Leases, ensure_leases
 from ._pg_reads import PostgresReads, compose
 from ._pg_schema import check_namespace, ensure_schema
-from ._pg_writes import Add, Writes, check_appended
+from ._pg_writes import Writes
 from ._supervised import spawn_store, supervised_store
-from .longterm import FactLimitReached
 
 logger = logging.getLogger("otpmem.stores")
 
 READY_TIMEOUT = 30.0
 GROUP_MAX = 64  # adds committed in one transaction at most
-DEADLOCK_RETRIES = 3
-CONNECT_TIMEOUT = 10.0
-_CALLER_ERRORS = (InvalidMessage, ValueError, TypeError, ConversationCleared, FactLimitReached)
 WRITES = frozenset({"add", "import", "clear", "forget_user", *LONGTERM_KINDS})
 
 
@@ -71,19 +77,6 @@ def _psycopg() -> Any:
             "PostgresStore needs psycopg: pip install 'otpmem[postgres]'"
         ) from exc
     return psycopg, psycopg_pool
-
-
-def refused(exc: BaseException) -> ValueError:
-    """What PostgreSQL cannot hold, as the caller's error (nothing was stored): a NUL
-    character in a user or conversation id, or a fact's key, say."""
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return ValueError(f"PostgreSQL cannot store this: {first}; nothing was stored")
-
-
-def redact(dsn: str) -> str:
-    """A DSN fit for an error message (or run.json): any password replaced; an empty one,
-    which hides nothing, kept (so the DSN still works as written)."""
-    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
 
 
 def schema_exists(dsn: str, namespace: str) -> bool:
@@ -135,10 +128,10 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
             raise NoProcess(self._target()) from None
 
 
-class PostgresStore(GenServer):
+class PostgresStore(Committing, GenServer):
     """Conversations, long-term records and usage in a PostgreSQL schema (``namespace``)."""
 
-    caller_errors = (*_CALLER_ERRORS, StoreUnavailable)
+    caller_errors = (*CALLER_ERRORS, StoreUnavailable)
     handle_class = PostgresStoreHandle
 
     @classmethod
@@ -152,9 +145,14 @@ class PostgresStore(GenServer):
         data_dir: str | os.PathLike[str] | None = None,
         faults: FaultPlan | None = None,
         start_timeout: float | None = 60.0,
+        fence: FenceOf | None = None,
     ) -> PostgresStoreHandle:
         """Connect to ``dsn`` (none: an embedded server under ``data_dir``), create or check
         the schema ``namespace``, and start the store linked to the caller.
+
+        ``fence(conv)``, if given, names the lease (in ``<namespace>.leases``, see
+        ``Leases``) an add to ``conv`` must still hold when it commits, or None for an
+        unfenced add; an add whose lease moved on stores nothing and raises ``LeaseLost``.
 
         Raises ``StoreUnavailable`` naming the server if it cannot be reached, or if its
         schema is newer than this otpmem.
@@ -164,8 +162,10 @@ class PostgresStore(GenServer):
             raise TypeError(f"dsn must be a str or None, got {short_repr(dsn)}")
         if type(pool_size) is not int or pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {short_repr(pool_size)}")
+        if fence is not None and not callable(fence):
+            raise TypeError(f"fence must be a callable of a Conv, got {short_repr(fence)}")
         handle = spawn_store(
-            cls, (dsn, namespace, pool_size, data_dir), name, faults, start_timeout
+            cls, (dsn, namespace, pool_size, data_dir, fence), name, faults, start_timeout
         )
         assert isinstance(handle, PostgresStoreHandle)
         return handle
@@ -183,6 +183,7 @@ class PostgresStore(GenServer):
         intensity: int = STORE_INTENSITY,
         period: float = STORE_PERIOD,
         listeners: Iterable[Callable[[SupervisorEvent], None]] = (),
+        fence: FenceOf | None = None,
     ) -> ChildSpec:
         """A store named ``name`` under its own supervisor (child ``"store"``), as
         ``LevelDBStore.child_spec``: a lost connection restarts it with a fresh pool."""
@@ -190,7 +191,12 @@ class PostgresStore(GenServer):
 
         def start_store() -> Handle:
             return cls.start_link(
-                dsn, namespace=namespace, name=name, pool_size=pool_size, data_dir=data_dir
+                dsn,
+                namespace=namespace,
+                name=name,
+                pool_size=pool_size,
+                data_dir=data_dir,
+                fence=fence,
             )
 
         return supervised_store(child_id or name, start_store, intensity, period, listeners)
@@ -201,6 +207,7 @@ class PostgresStore(GenServer):
         namespace: str,
         pool_size: int,
         data_dir: str | os.PathLike[str] | None,
+        fence: FenceOf | None = None,
     ) -> None:
         psycopg, pool_module = _psycopg()
         self._psycopg_errors = (psycopg.OperationalError, pool_module.PoolTimeout)
@@ -212,7 +219,12 @@ class PostgresStore(GenServer):
             dsn,
             min_size=1,
             max_size=pool_size,  # callers beyond it wait for a connection (CONNECT_TIMEOUT)
-            kwargs={"autocommit": True},
+            # A transaction whose client froze between its statements (a GC pause, a
+            # stopped VM) must not hold its locks forever: the server ends it.
+            kwargs={
+                "autocommit": True,
+                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+            },
             open=False,
             name=f"otpmem-{namespace}",
         )
@@ -220,6 +232,8 @@ class PostgresStore(GenServer):
             blocking(self.pool.open, True, CONNECT_TIMEOUT)
             with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
                 blocking(ensure_schema, conn, namespace)
+                if fence is not None:
+                    blocking(ensure_leases, conn, namespace)
         except self._psycopg_errors as exc:
             self.pool.close()
             raise StoreUnavailable(
@@ -229,13 +243,14 @@ class PostgresStore(GenServer):
             self.pool.close()
             raise
         self.namespace = namespace
+        self.fence = fence
         self.writes = Writes(namespace)
         self.reads = compose(namespace)
         self._pool_closed = pool_module.PoolClosed
         self._rollback = psycopg.errors.TransactionRollback
         # One group at a time, as LevelDB's writer queue: two lanes committing side by
         # side made smaller groups and fewer adds a second on two cores (measured).
-        self.group: GroupCommit[Add, BaseException | None] = GroupCommit(
+        self.group: GroupCommit[FencedAdd, BaseException | None] = GroupCommit(
             self._commit_adds, max_group=GROUP_MAX
         )
         on_exit(self.pool.close)
@@ -255,88 +270,9 @@ class PostgresStore(GenServer):
         the adds of other threads in one, as a group commit)."""
         work, args = self._work(message)
         if work == self.writes.append:
-            return self.group.submit(args)
+            return self.group.submit((args, None if self.fence is None else self.fence(args[0])))
         with self._caller_errors(owner), self._cursor() as (conn, cur):
             return self._in_transaction(conn, lambda: work(cur, *args))
-
-    def _commit_adds(self, adds: Sequence[Add]) -> list[BaseException | None]:
-        """Commit a group of adds: one of them alone in one statement, more in one
-        transaction; what each caller hears (None: stored)."""
-        pending = [i for i, add in enumerate(adds) if add[1]]  # an empty batch stores nothing
-        outcomes: list[BaseException | None] = [None] * len(adds)
-        if not pending:
-            return outcomes
-        with self._caller_errors(self.handle), self._cursor() as (conn, cur):
-            if len(pending) > 1:
-                group = [adds[i] for i in pending]
-                try:
-                    answers = self._in_transaction(
-                        conn, lambda: self.writes.append_group(cur, group)
-                    )
-                except self._data_error:
-                    pass  # one add PostgreSQL cannot hold spoiled the group: each alone
-                else:
-                    for i, answer in zip(pending, answers, strict=True):
-                        conv, _, _, follows = adds[i]
-                        try:
-                            check_appended(answer, conv, follows)
-                        except ConversationCleared as exc:
-                            outcomes[i] = exc
-                    return outcomes
-            for i in pending:
-                outcomes[i] = self._commit_alone(cur, adds[i])
-        return outcomes
-
-    def _commit_alone(self, cur: Any, add: Add) -> BaseException | None:
-        """One add in one autocommit statement (one round trip); the error only it hears."""
-        try:
-            self.writes.append(cur, *add)
-        except (ConversationCleared, self._data_error) as exc:
-            return self._as_caller_error(exc, self.handle)
-        return None
-
-    @contextmanager
-    def _cursor(self) -> Iterator[tuple[Any, Any]]:
-        with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
-            yield conn, cur
-
-    def _in_transaction(self, conn: Any, work: Callable[[], Any]) -> Any:
-        """``work()`` in one transaction; a deadlock PostgreSQL broke is retried."""
-        for _ in range(DEADLOCK_RETRIES):
-            try:
-                with conn.transaction():
-                    return work()
-            except self._rollback:
-                continue
-        with conn.transaction():
-            return work()
-
-    @contextmanager
-    def _caller_errors(self, owner: object) -> Iterator[None]:
-        """Raise what a failed write means to its caller (see ``_as_caller_error``)."""
-        try:
-            yield
-        except BaseException as exc:
-            mapped = self._as_caller_error(exc, owner)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-
-    def _as_caller_error(self, exc: BaseException, owner: object) -> BaseException:
-        """What a failed write means to its caller."""
-        if isinstance(exc, _CALLER_ERRORS):
-            return exc
-        if isinstance(exc, self._data_error):
-            return refused(exc)
-        if isinstance(exc, self._pool_closed):
-            return NoProcess(owner)
-        if isinstance(exc, self._psycopg_errors):
-            self.handle.send(("connection_lost", exc))
-            return StoreUnavailable(
-                f"lost PostgreSQL at {redact(self.dsn)} during a write ({exc}); it may not "
-                "have been stored: try again (with its idempotency key, to store it once)"
-            )
-        return exc
 
     def _work(self, message: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         if message[0] in LONGTERM_KINDS:
@@ -365,9 +301,14 @@ class PostgresStore(GenServer):
 
 
 __all__ = [
+    "Fence",
+    "Lease",
+    "LeaseLost",
+    "Leases",
     "PostgresStore",
     "PostgresStoreHandle",
     "embedded_dsn",
     "embedded_server",
+    "redact",
     "schema_exists",
 ]

@@ -1,0 +1,201 @@
+"""How PostgresStore commits: adds in groups (fenced or not), each write one transaction,
+and what a failed write means to its caller.
+
+``Committing`` is the store's half that talks to PostgreSQL for writes; the store's server
+(``PostgresStore``) gives it its pool, its composed writes and its handle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..actors import Handle, NoProcess
+from ..messages import Conv, InvalidMessage
+from ._base import ConversationCleared, LeaseLost, StoreUnavailable
+from ._pg_leases import Fence
+from ._pg_writes import Add, Writes, check_appended
+from .longterm import FactLimitReached
+
+CONNECT_TIMEOUT = 10.0
+DEADLOCK_RETRIES = 3
+IDLE_IN_TRANSACTION_MS = 5_000
+CALLER_ERRORS = (
+    InvalidMessage,
+    ValueError,
+    TypeError,
+    ConversationCleared,
+    FactLimitReached,
+    LeaseLost,
+)
+FenceOf = Callable[[Conv], Fence | None]
+"""The lease an add to a conversation must hold (None: not fenced)."""
+FencedAdd = tuple[Add, Fence | None]
+
+
+def refused(exc: BaseException) -> ValueError:
+    """What PostgreSQL cannot hold, as the caller's error (nothing was stored): a NUL
+    character in a user or conversation id, or a fact's key, say."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ValueError(f"PostgreSQL cannot store this: {first}; nothing was stored")
+
+
+def redact(dsn: str) -> str:
+    """A DSN fit for an error message (or run.json): any password replaced; an empty one,
+    which hides nothing, kept (so the DSN still works as written)."""
+    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+
+
+class Committing:
+    """The write side of a PostgresStore's server (a mixin: the server sets the fields)."""
+
+    pool: Any
+    writes: Writes
+    handle: Handle
+    dsn: str
+    _data_error: type[BaseException]
+    _rollback: type[BaseException]
+    _pool_closed: type[BaseException]
+    _psycopg_errors: tuple[type[BaseException], ...]
+
+    def _commit_adds(self, items: Sequence[FencedAdd]) -> list[BaseException | None]:
+        """Commit a group of adds: one of them alone in one statement, more in one
+        transaction; what each caller hears (None: stored)."""
+        adds = [add for add, _ in items]
+        pending = [i for i, add in enumerate(adds) if add[1]]  # an empty batch stores nothing
+        outcomes: list[BaseException | None] = [None] * len(adds)
+        if not pending:
+            return outcomes
+        with self._caller_errors(self.handle), self._cursor() as (conn, cur):
+            if any(items[i][1] is not None for i in pending):
+                for i, outcome in self._commit_fenced(conn, cur, items, pending).items():
+                    outcomes[i] = outcome
+                return outcomes
+            if len(pending) > 1:
+                group = [adds[i] for i in pending]
+                try:
+                    answers = self._in_transaction(
+                        conn, lambda: self.writes.append_group(cur, group)
+                    )
+                except self._data_error:
+                    pass  # one add PostgreSQL cannot hold spoiled the group: each alone
+                else:
+                    for i, answer in zip(pending, answers, strict=True):
+                        outcomes[i] = _appended(answer, adds[i])
+                    return outcomes
+            for i in pending:
+                outcomes[i] = self._commit_alone(cur, adds[i])
+        return outcomes
+
+    def _commit_fenced(
+        self, conn: Any, cur: Any, items: Sequence[FencedAdd], pending: list[int]
+    ) -> dict[int, BaseException | None]:
+        """Adds of which some are fenced, in one transaction: the fences checked (and
+        held) first, then the adds that still hold theirs; one PostgreSQL cannot hold
+        spoils the group, which is then committed add by add."""
+        fenced = [i for i in pending if items[i][1] is not None]
+
+        def work() -> dict[int, BaseException | None]:
+            fences = [items[i][1] for i in fenced]
+            lost = {fenced[j] for j in self.writes.fence_lost(cur, fences)}  # type: ignore[arg-type]
+            going = [i for i in pending if i not in lost]
+            answers = self.writes.append_group(cur, [items[i][0] for i in going]) if going else []
+            outcomes: dict[int, BaseException | None] = {i: _lease_lost(items[i]) for i in lost}
+            for i, answer in zip(going, answers, strict=True):
+                outcomes[i] = _appended(answer, items[i][0])
+            return outcomes
+
+        try:
+            done: dict[int, BaseException | None] = self._in_transaction(conn, work)
+            return done
+        except self._data_error as exc:
+            if len(pending) == 1:
+                return {pending[0]: refused(exc)}
+        spoiled: dict[int, BaseException | None] = {}
+        for i in pending:
+            spoiled.update(self._commit_fenced(conn, cur, items, [i]))
+        return spoiled
+
+    def _commit_alone(self, cur: Any, add: Add) -> BaseException | None:
+        """One add in one autocommit statement (one round trip); the error only it hears."""
+        try:
+            self.writes.append(cur, *add)
+        except (ConversationCleared, self._data_error) as exc:
+            return self._as_caller_error(exc, self.handle)
+        return None
+
+    @contextmanager
+    def _cursor(self) -> Iterator[tuple[Any, Any]]:
+        with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
+            yield conn, cur
+
+    def _in_transaction(self, conn: Any, work: Callable[[], Any]) -> Any:
+        """``work()`` in one transaction; a deadlock PostgreSQL broke is retried."""
+        for _ in range(DEADLOCK_RETRIES):
+            try:
+                with conn.transaction():
+                    return work()
+            except self._rollback:
+                continue
+        with conn.transaction():
+            return work()
+
+    @contextmanager
+    def _caller_errors(self, owner: object) -> Iterator[None]:
+        """Raise what a failed write means to its caller (see ``_as_caller_error``)."""
+        try:
+            yield
+        except BaseException as exc:
+            mapped = self._as_caller_error(exc, owner)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def _as_caller_error(self, exc: BaseException, owner: object) -> BaseException:
+        """What a failed write means to its caller."""
+        if isinstance(exc, CALLER_ERRORS):
+            return exc
+        if isinstance(exc, self._data_error):
+            return refused(exc)
+        if isinstance(exc, self._pool_closed):
+            return NoProcess(owner)
+        if isinstance(exc, self._psycopg_errors):
+            self.handle.send(("connection_lost", exc))
+            return StoreUnavailable(
+                f"lost PostgreSQL at {redact(self.dsn)} during a write ({exc}); it may not "
+                "have been stored: try again (with its idempotency key, to store it once)"
+            )
+        return exc
+
+
+def _appended(answer: int, add: Add) -> BaseException | None:
+    """What the caller of an add in a group hears, from ``append``'s answer."""
+    conv, _, _, follows = add
+    try:
+        check_appended(answer, conv, follows)
+    except ConversationCleared as exc:
+        return exc
+    return None
+
+
+def _lease_lost(item: FencedAdd) -> LeaseLost:
+    (conv, _, _, _), fence = item
+    assert fence is not None
+    return LeaseLost(
+        f"the lease {fence.name!r} is no longer {fence.owner}'s (epoch {fence.epoch}): "
+        f"another owner took it over, so nothing was added to {conv}"
+    )
+
+
+__all__ = [
+    "CALLER_ERRORS",
+    "CONNECT_TIMEOUT",
+    "IDLE_IN_TRANSACTION_MS",
+    "Committing",
+    "FenceOf",
+    "FencedAdd",
+    "redact",
+    "refused",
+]
