@@ -134,3 +134,47 @@ def test_a_commit_answering_the_wrong_count_fails_its_group_clearly() -> None:
 def test_max_group_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_group"):
         GroupCommit(lambda items: list(items), max_group=0)
+
+
+def test_each_writer_of_a_failed_group_raises_an_error_of_its_own() -> None:
+    # One exception object raised on many threads would collect every thread's
+    # traceback in one chain (and race on it): each follower gets its own copy.
+    entered, release = threading.Event(), threading.Event()
+
+    def commit(items: Sequence[int]) -> list[object]:
+        if items == [0]:
+            entered.set()
+            release.wait(WAIT)
+            return [0]
+        raise ConnectionError("lost the server")
+
+    group: GroupCommit[int, object] = GroupCommit(commit)
+    raised: list[BaseException] = []
+    first = threading.Thread(target=group.submit, args=(0,))
+    first.start()
+    assert entered.wait(WAIT)
+
+    def follower(t: int) -> None:
+        try:
+            group.submit(t + 1)
+        except ConnectionError as exc:
+            raised.append(exc)
+
+    threads = [threading.Thread(target=follower, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    _until(lambda: group.queued == 9, "the followers to queue")
+    release.set()
+    first.join(WAIT)
+    for thread in threads:
+        thread.join(WAIT)
+
+    assert len(raised) == 8 and len({id(exc) for exc in raised}) == 8
+    assert all(str(exc) == "lost the server" for exc in raised)
+    depths = []
+    for exc in raised:
+        depth, tb = 0, exc.__traceback__
+        while tb is not None:
+            depth, tb = depth + 1, tb.tb_next
+        depths.append(depth)
+    assert max(depths) < 10  # its own few frames, not every thread's

@@ -16,6 +16,7 @@ group raises that.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -84,7 +85,7 @@ class GroupCommit(Generic[T, R]):
                     f"group commit answered {len(outcomes)} outcomes for {len(group)} items"
                 )
         except BaseException as exc:  # the whole group failed: each member hears why
-            outcomes = [exc] * len(group)
+            outcomes = [exc if w is leader else _own_copy(exc) for w in group]
         with self._mutex:
             for _ in group:
                 self._queue.popleft()
@@ -104,3 +105,17 @@ class GroupCommit(Generic[T, R]):
         if isinstance(writer.outcome, BaseException):
             raise writer.outcome
         return writer.outcome  # type: ignore[return-value]
+
+
+def _own_copy(exc: BaseException) -> BaseException:
+    """``exc`` for another thread to raise: one object raised on many threads would chain
+    every thread's traceback onto it, so a copy (with the same cause) when one can be
+    made."""
+    try:
+        copied = copy.copy(exc)
+    except Exception:  # an exception type that cannot be rebuilt from its args
+        return exc
+    copied.__traceback__ = None
+    copied.__cause__ = exc.__cause__
+    copied.__context__ = exc.__context__
+    return copied

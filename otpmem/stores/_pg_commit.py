@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from ..actors import Handle, NoProcess
 from ..messages import Conv, InvalidMessage
 from ._base import ConversationCleared, LeaseLost, StoreUnavailable
 from ._pg_leases import Fence
-from ._pg_writes import Add, Writes, check_appended
+from ._pg_writes import Add, FencesLost, Writes, check_appended
 from .longterm import FactLimitReached
 
+T = TypeVar("T")
 CONNECT_TIMEOUT = 10.0
 DEADLOCK_RETRIES = 3
 IDLE_IN_TRANSACTION_MS = 5_000
@@ -61,70 +62,60 @@ class Committing:
     _psycopg_errors: tuple[type[BaseException], ...]
 
     def _commit_adds(self, items: Sequence[FencedAdd]) -> list[BaseException | None]:
-        """Commit a group of adds: one of them alone in one statement, more in one
-        transaction; what each caller hears (None: stored)."""
-        adds = [add for add, _ in items]
-        pending = [i for i, add in enumerate(adds) if add[1]]  # an empty batch stores nothing
-        outcomes: list[BaseException | None] = [None] * len(adds)
-        if not pending:
-            return outcomes
-        with self._caller_errors(self.handle), self._cursor() as (conn, cur):
-            if any(items[i][1] is not None for i in pending):
-                for i, outcome in self._commit_fenced(conn, cur, items, pending).items():
-                    outcomes[i] = outcome
-                return outcomes
-            if len(pending) > 1:
-                group = [adds[i] for i in pending]
-                try:
-                    answers = self._in_transaction(
-                        conn, lambda: self.writes.append_group(cur, group)
-                    )
-                except self._data_error:
-                    pass  # one add PostgreSQL cannot hold spoiled the group: each alone
-                else:
-                    for i, answer in zip(pending, answers, strict=True):
-                        outcomes[i] = _appended(answer, adds[i])
-                    return outcomes
-            for i in pending:
-                outcomes[i] = self._commit_alone(cur, adds[i])
+        """Commit a group of adds in one statement (one alone in the lighter ``append``);
+        what each caller hears (None: stored)."""
+        outcomes: list[BaseException | None] = [None] * len(items)
+        going = [i for i, (add, _) in enumerate(items) if add[1]]  # empty: nothing to store
+        if going:
+            with self._caller_errors(self.handle), self._cursor() as (_, cur):
+                self._commit_group(cur, items, going, outcomes)
         return outcomes
 
-    def _commit_fenced(
-        self, conn: Any, cur: Any, items: Sequence[FencedAdd], pending: list[int]
-    ) -> dict[int, BaseException | None]:
-        """Adds of which some are fenced, in one transaction: the fences checked (and
-        held) first, then the adds that still hold theirs; one PostgreSQL cannot hold
-        spoils the group, which is then committed add by add."""
-        fenced = [i for i in pending if items[i][1] is not None]
-
-        def work() -> dict[int, BaseException | None]:
-            fences = [items[i][1] for i in fenced]
-            lost = {fenced[j] for j in self.writes.fence_lost(cur, fences)}  # type: ignore[arg-type]
-            going = [i for i in pending if i not in lost]
-            answers = self.writes.append_group(cur, [items[i][0] for i in going]) if going else []
-            outcomes: dict[int, BaseException | None] = {i: _lease_lost(items[i]) for i in lost}
+    def _commit_group(
+        self,
+        cur: Any,
+        items: Sequence[FencedAdd],
+        going: list[int],
+        outcomes: list[BaseException | None],
+    ) -> None:
+        """Commit ``items[going]``, writing what each caller hears into ``outcomes``: the
+        ones that lost their lease are refused and the rest go again; one PostgreSQL
+        cannot hold spoils its group, which then goes add by add."""
+        while going:
+            adds = [items[i][0] for i in going]
+            fences = [items[i][1] for i in going]
+            try:
+                if len(going) == 1 and fences[0] is None:
+                    self._statement(self.writes.append, cur, *adds[0])
+                    answers = [1]
+                else:
+                    answers = self._statement(self.writes.append_group, cur, adds, fences)
+            except FencesLost as exc:
+                lost = {going[j] for j in exc.positions}
+                for i in lost:
+                    outcomes[i] = _lease_lost(items[i])
+                going = [i for i in going if i not in lost]
+                continue
+            except (ConversationCleared, self._data_error) as exc:
+                if len(going) == 1:
+                    outcomes[going[0]] = self._as_caller_error(exc, self.handle)
+                    return
+                for i in going:
+                    self._commit_group(cur, items, [i], outcomes)
+                return
             for i, answer in zip(going, answers, strict=True):
                 outcomes[i] = _appended(answer, items[i][0])
-            return outcomes
+            return
 
-        try:
-            done: dict[int, BaseException | None] = self._in_transaction(conn, work)
-            return done
-        except self._data_error as exc:
-            if len(pending) == 1:
-                return {pending[0]: refused(exc)}
-        spoiled: dict[int, BaseException | None] = {}
-        for i in pending:
-            spoiled.update(self._commit_fenced(conn, cur, items, [i]))
-        return spoiled
-
-    def _commit_alone(self, cur: Any, add: Add) -> BaseException | None:
-        """One add in one autocommit statement (one round trip); the error only it hears."""
-        try:
-            self.writes.append(cur, *add)
-        except (ConversationCleared, self._data_error) as exc:
-            return self._as_caller_error(exc, self.handle)
-        return None
+    def _statement(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)``, one autocommit statement; a deadlock PostgreSQL broke is
+        retried."""
+        for _ in range(DEADLOCK_RETRIES):
+            try:
+                return work(*args)
+            except self._rollback:
+                continue
+        return work(*args)
 
     @contextmanager
     def _cursor(self) -> Iterator[tuple[Any, Any]]:

@@ -20,7 +20,7 @@ from psycopg import sql
 from ..messages import Conv, FrozenDict, is_pinned, is_summary
 from ._base import KEYS_KEPT, ConversationCleared
 from ._pg_leases import Fence
-from ._pg_schema import user_key
+from ._pg_schema import FENCES_LOST, user_key
 from .longterm import Fact, Profile, Usage, fact_as_list, fact_from_list, plan_facts, usage_of
 
 Add = tuple[Conv, Sequence[FrozenDict], str | None, str | None]
@@ -31,7 +31,8 @@ _SQL = {
     "append": "SELECT {ns}.append(%s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "append_group": "SELECT {ns}.append_group(%s, %s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, "
     "%s, %s, %s)",
-    "fence_lost": "SELECT {ns}.fence_lost(%s, %s, %s)",
+    "fenced_append_group": "SELECT {ns}.fenced_append_group(%s, %s, %s, %s, %s, %s, %b, %s, "
+    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "ensure_conv": "INSERT INTO {ns}.conversations (user_key, conversation_id) VALUES (%s, %s) "
     "ON CONFLICT DO NOTHING",
     "lock_conv": "SELECT 1 FROM {ns}.conversations WHERE user_key = %s AND conversation_id = %s "
@@ -68,6 +69,15 @@ _FORGET = (
     "usage_log",
     "cleared",
 )
+
+
+class FencesLost(Exception):
+    """Fenced adds of a group lost their leases (their positions in the group); nothing
+    of the group was stored."""
+
+    def __init__(self, positions: list[int]) -> None:
+        super().__init__(f"fenced adds {positions} lost their leases")
+        self.positions = positions
 
 
 class Writes:
@@ -108,12 +118,16 @@ class Writes:
         cur.execute(self.q["append"], append_arguments(conv, batch, key, follows))
         check_appended(cur.fetchone()[0], conv, follows)
 
-    def append_group(self, cur: Any, adds: Sequence[Add]) -> list[int]:
+    def append_group(
+        self, cur: Any, adds: Sequence[Add], fences: Sequence[Fence | None] = ()
+    ) -> list[int]:
         """Append many batches in the caller's transaction, in one statement: what the
         schema's ``append`` answered for each (0: its key was stored; -1: cleared).
 
-        They run sorted by conversation (a stable sort: one conversation's batches keep
-        their order), so that every group takes its row locks in one order."""
+        With ``fences`` (one per add, None: not fenced), every fenced add's lease is
+        checked first; if any lost its lease nothing is stored and ``FencesLost`` names
+        them. They run sorted by conversation (a stable sort: one conversation's batches
+        keep their order), so that every group takes its row locks in one order."""
         order = sorted(range(len(adds)), key=lambda i: _conv_order(adds[i][0]))
         per_add: list[list[Any]] = [[] for _ in range(11)]
         bodies: list[bytes] = []
@@ -126,22 +140,25 @@ class Writes:
             for column, value in zip(per_add, (u, c, len(add_bodies), *rest), strict=True):
                 column.append(value)
         users, convs, counts, *scalars = per_add
-        cur.execute(
-            self.q["append_group"],
-            (users, convs, counts, bodies, pins, *scalars, time.time(), KEYS_KEPT),
-        )
+        group = (users, convs, counts, bodies, pins, *scalars, time.time(), KEYS_KEPT)
+        fenced = [i for i, fence in enumerate(fences) if fence is not None]
+        if fenced:
+            held = [fence for fence in fences if fence is not None]
+            names, owners, epochs = ([f[n] for f in held] for n in range(3))
+            try:
+                cur.execute(self.q["fenced_append_group"], (names, owners, epochs, *group))
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != FENCES_LOST:
+                    raise
+                detail = exc.diag.message_detail or ""  # type: ignore[attr-defined]
+                raise FencesLost([fenced[int(j) - 1] for j in detail.split(",")]) from None
+        else:
+            cur.execute(self.q["append_group"], group)
         answers = cur.fetchone()[0]
         unsorted = [0] * len(adds)
         for position, i in enumerate(order):
             unsorted[i] = int(answers[position])
         return unsorted
-
-    def fence_lost(self, cur: Any, fences: Sequence[Fence]) -> list[int]:
-        """Which of ``fences`` (their indices) no longer hold their lease; the ones that do
-        hold it until the caller's transaction ends (see ``Fence``)."""
-        names, owners, epochs = (list(column) for column in zip(*fences, strict=True))
-        cur.execute(self.q["fence_lost"], (names, owners, epochs))
-        return [int(i) - 1 for i in cur.fetchone()[0]]
 
     def clear(self, cur: Any, conv: Conv) -> None:
         """Delete one conversation (its user's usage sums stay; its windows restart)."""
