@@ -133,7 +133,7 @@ def test_a_crash_while_an_add_is_worked_out_crashes_the_store_and_closes_the_db(
     with pytest.raises(ServerExited, match="a bug in the add"):
         store.add("c", [msg("never")])
     assert process.exited.wait(WAIT)
-    again = LevelDBStore.start_link(tmp_path / "db")  # closed behind it: it opens at once
+    again = LevelDBStore.start_link(tmp_path / "db")  # parked behind it: adopted at once
     try:
         assert again.get("c") == [msg("kept")]
     finally:

@@ -33,6 +33,58 @@ _LOCK_ERROR = re.compile(
 _MIGRATION_BATCH = 10_000
 
 
+PARK_SECONDS = 0.5
+_parked: dict[str, tuple[Any, tuple[int, int] | None, threading.Timer]] = {}
+_parked_lock = threading.Lock()
+
+
+def directory_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the directory at ``path`` now; None if there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+def park(path: str, db: Any, identity: tuple[int, int] | None) -> None:
+    """Keep a crashed or killed store's open database for its next incarnation, which a
+    supervisor starts within milliseconds: no close (which waits out a running
+    compaction) and no reopen (which replays the log into a table). Closed after
+    ``PARK_SECONDS`` if no incarnation adopts it, so the directory is not held.
+    ``identity`` is the directory's when it was opened."""
+    key = os.path.realpath(path)
+    timer = threading.Timer(PARK_SECONDS, _close_parked, args=(key, db))
+    timer.name = f"otpmem-leveldb-parked-{os.path.basename(key)}"
+    with _parked_lock:
+        _parked[key] = (db, identity, timer)
+    timer.start()
+
+
+def adopt(path: str) -> Any | None:
+    """The database an earlier incarnation parked for ``path``, if ``path`` still names
+    the directory it was opened from (one moved or replaced meanwhile is closed)."""
+    with _parked_lock:
+        entry = _parked.pop(os.path.realpath(path), None)
+    if entry is None:
+        return None
+    db, identity, timer = entry
+    timer.cancel()
+    if identity is None or directory_identity(path) != identity:
+        db.close()
+        return None
+    return db
+
+
+def _close_parked(key: str, db: Any) -> None:
+    with _parked_lock:
+        entry = _parked.get(key)
+        if entry is None or entry[0] is not db:
+            return  # adopted meanwhile
+        del _parked[key]
+    db.close()
+
+
 class ReadGate:
     """Lets reader threads use the DB while it is open, and close wait for them."""
 

@@ -9,7 +9,10 @@ crash of the process (LevelDB replays its log), but not of the machine.
 
 The server owns the database: it opens it in ``init``, assigns sequence numbers and hands
 writes to its committer; it closes it on every exit path before its exit is announced, so a
-restarted store can open the directory at once. Reads run on the caller's thread.
+restarted store can open the directory at once, except after a crash or a kill, when the
+open database is parked for the next incarnation to adopt (``_leveldb_open.park``): a
+restart then neither waits out a compaction nor replays the log. Reads run on the caller's
+thread.
 """
 
 from __future__ import annotations
@@ -44,7 +47,14 @@ from ._base import (
 from ._client import parse_request
 from ._committer import MISSING, Committer, Op
 from ._leveldb_handle import READY_TIMEOUT, LevelDBStoreHandle
-from ._leveldb_open import ReadGate, ensure_layout, open_db
+from ._leveldb_open import (
+    ReadGate,
+    adopt,
+    directory_identity,
+    ensure_layout,
+    open_db,
+    park,
+)
 from ._longterm_client import LONGTERM_KINDS, parse_longterm
 from ._supervised import spawn_store, supervised_store
 from .longterm import FactLimitReached
@@ -132,12 +142,20 @@ class LevelDBStore(GenServer):
     def init(self, path: str, sync: bool, lock_timeout: float, create: bool = True) -> None:
         self.path = path
         self.gate = ReadGate()
-        self.db = open_db(path, lock_timeout, create)
-        try:
-            blocking(ensure_layout, self.db, path)
-        except BaseException:
-            self.db.close()
-            raise
+        adopted = adopt(path)
+        if adopted is not None:
+            self.db = adopted
+        else:
+            self.db = open_db(path, lock_timeout, create)
+            try:
+                blocking(ensure_layout, self.db, path)
+            except BaseException:
+                self.db.close()
+                raise
+        self.directory = directory_identity(path)
+        # A crash or a kill parks the open database for the next incarnation; a stop, a
+        # shutdown or a failed write (LevelDB keeps failing until reopened) closes it.
+        self.keep_open = True
         self.meta: dict[Conv, list[int]] = {}
         self.committer = Committer(self.db, sync, self._write_failed, Path(path).name)
         on_exit(self._close)
@@ -149,10 +167,18 @@ class LevelDBStore(GenServer):
     def _close(self) -> None:
         self.committer.stop()
         self.gate.close()
-        self.db.close()
+        if self.keep_open:
+            park(self.path, self.db, self.directory)
+        else:
+            self.db.close()
+
+    def terminate(self, reason: Any) -> None:
+        if not isinstance(reason, BaseException):  # normal, or a shutdown: nothing follows
+            self.keep_open = False
 
     def handle_info(self, message: Any) -> Any:
         if isinstance(message, tuple) and message and message[0] == "write_failed":
+            self.keep_open = False
             raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
         return super().handle_info(message)
 
