@@ -26,7 +26,53 @@ logger = logging.getLogger("otpmem.stores")
 Op = tuple[bytes, bytes | None]  # (key, value); None deletes
 MISSING = object()
 """What ``Committer.staged`` returns for a key no queued write touches."""
-_Write = tuple[list[Op], "ReplyTo | None", int, list[bytes], Any]
+
+
+class Durable:
+    """What a thread that is not a process waits on until its write is on disk (a call's
+    reply slot, without the call)."""
+
+    __slots__ = ("_done", "error", "value")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()  # released once: written, or failed
+
+    def set(self, value: Any) -> None:
+        """The write is on disk."""
+        self.value = value
+        self._done.release()
+
+    def fail(self, error: BaseException) -> None:
+        """The write failed: nothing of it is on disk."""
+        self.error = error
+        self._done.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Whether it was answered within ``timeout`` s (then ``value`` or ``error``)."""
+        return self._done.acquire(timeout=-1 if timeout is None else timeout)
+
+
+Answer = ReplyTo | Durable
+
+
+def _answer(to: Answer | None, value: Any) -> None:
+    if type(to) is Durable:
+        to.set(value)
+    elif to is not None:
+        reply(to, value)  # type: ignore[arg-type]
+
+
+def _refuse(to: Answer | None, error: BaseException) -> None:
+    if type(to) is Durable:
+        to.fail(error)
+    elif to is not None:
+        reply_error(to, error)  # type: ignore[arg-type]
+
+
+_Write = tuple[list[Op], "Answer | None", int, list[bytes], Any]
 
 
 class Committer:
@@ -53,7 +99,7 @@ class Committer:
     def submit(
         self,
         ops: list[Op],
-        to: ReplyTo | None,
+        to: Answer | None,
         staged: dict[bytes, bytes | None] | None = None,
         answer: Any = None,
     ) -> None:
@@ -65,8 +111,7 @@ class Committer:
         with self._cond:
             if self._failed is not None or self._stopping:
                 error = StoreError(f"the store can no longer write: {self._failed or 'stopping'}")
-                if to is not None:
-                    reply_error(to, error)
+                _refuse(to, error)
                 return
             self._writes += 1
             token = self._writes
@@ -123,8 +168,7 @@ class Committer:
                 self._busy = False
                 self._cond.notify_all()
             for _, to, _, _, answer in group:
-                if to is not None:
-                    reply(to, answer)
+                _answer(to, answer)
 
     def _fail(self, group: list[_Write], exc: BaseException) -> None:
         logger.error("LevelDB write failed; failing %d writes", len(group), exc_info=exc)
@@ -135,6 +179,5 @@ class Committer:
             self._cond.notify_all()
         error = StoreError(f"LevelDB write failed: {exc!r}")
         for _, to, *_ in group + pending:
-            if to is not None:
-                reply_error(to, error)
+            _refuse(to, error)
         self._on_failure(exc)

@@ -1,5 +1,7 @@
-"""The face of a LevelDBStore: writes are calls to its server, reads run on the caller's
-thread against the open database (see ``leveldb``)."""
+"""The face of a LevelDBStore: reads run on the caller's thread against the open database;
+an add from a thread that is not a process runs there too (its ops built under the store's
+write lock, then a wait for its fsync); other writes, and a process's adds, are calls to
+the server (see ``leveldb``)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from typing import Any
 
 import msgpack
 
-from ..actors import Handle, NoProcess
-from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
+from ..actors import Handle, NoProcess, current
+from ..messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, is_pinned
 from . import _leveldb_keys as keys
 from . import _leveldb_longterm as lt
 from ._base import StoredWindow, check_key, check_last
@@ -116,6 +118,33 @@ class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
         )
         with self._db() as db:
             return [keys.decode_conv(k) for k in db.iterator(prefix=prefix, include_value=False)]
+
+    def _add_checked(
+        self,
+        conv: Conv,
+        batch: list[FrozenDict],
+        idempotency_key: str | None,
+        follows: str | None,
+        timeout: float | None,
+    ) -> None:
+        server = self._writer()
+        add = (conv, batch, idempotency_key, follows)
+        if server is None or not server.add_here(add, timeout):
+            super()._add_checked(conv, batch, idempotency_key, follows, timeout)
+
+    def _writer(self) -> Any:
+        """The store to add on this thread, ready; None if the add must be a call: from a
+        process (no scheduler thread waits for an fsync), to a store whose faults ride on
+        messages, or to a name another kind of store holds."""
+        if current() is not None:
+            return None
+        process = self.resolve()
+        if process.faults is not None:
+            return None
+        if not process.ready.is_set() and not process.wait_ready(READY_TIMEOUT):
+            raise NoProcess(self._target())
+        server = process.server
+        return server if getattr(server, "adds_on_callers", False) else None
 
     def flush(self, timeout: float | None = 30.0) -> None:
         """Return once every write queued before this call is on disk."""

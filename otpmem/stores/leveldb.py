@@ -18,13 +18,15 @@ thread.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from ..actors import NO_REPLY, GenServer, blocking, on_exit
+from ..actors import NO_REPLY, CallTimeout, GenServer, ServerExited, blocking, on_exit
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
@@ -45,7 +47,7 @@ from ._base import (
     StoreError,
 )
 from ._client import parse_request
-from ._committer import MISSING, Committer, Op
+from ._committer import MISSING, Committer, Durable, Op
 from ._leveldb_handle import READY_TIMEOUT, LevelDBStoreHandle
 from ._leveldb_open import (
     ReadGate,
@@ -79,6 +81,7 @@ class LevelDBStore(GenServer):
         FactLimitReached,
     )
     handle_class = LevelDBStoreHandle
+    adds_on_callers = True  # see add_here
 
     @classmethod
     def start_link(  # type: ignore[override]
@@ -158,6 +161,12 @@ class LevelDBStore(GenServer):
         self.keep_open = True
         self.meta: dict[Conv, list[int]] = {}
         self.committer = Committer(self.db, sync, self._write_failed, Path(path).name)
+        # Threads that are not processes add on their own thread (``add_here``): the ops
+        # built under this lock, which the server takes too for anything that reads or
+        # changes what an add builds on; clears and long-term writes pause them instead.
+        self.write_lock = threading.Lock()
+        self.writes_here = True
+        self.closed = False
         on_exit(self._close)
 
     def _write_failed(self, exc: BaseException) -> None:
@@ -165,6 +174,8 @@ class LevelDBStore(GenServer):
         self.handle.send(("write_failed", exc))
 
     def _close(self) -> None:
+        with self.write_lock:
+            self.writes_here, self.closed = False, True
         self.committer.stop()
         self.gate.close()
         if self.keep_open:
@@ -177,36 +188,81 @@ class LevelDBStore(GenServer):
             self.keep_open = False
 
     def handle_info(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message and message[0] == "write_crashed":
+            raise message[1]
         if isinstance(message, tuple) and message and message[0] == "write_failed":
             self.keep_open = False
             raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
         return super().handle_info(message)
 
+    def add_here(self, add: tuple[Any, ...], timeout: float | None) -> bool:
+        """Run an add on the calling thread (not a process's: it waits for the fsync):
+        its ops built under the write lock, then a wait for its group to be on disk.
+        False if writes are paused (a clear, a stop): the caller then calls, and its add
+        queues behind what paused them."""
+        durable = Durable()
+        with self.write_lock:
+            if not self.writes_here:
+                return False
+            staged: dict[bytes, bytes | None] = {}
+            try:
+                ops = self._append_ops(*add, staged=staged)
+            except self.caller_errors:
+                raise
+            except BaseException as exc:  # a bug: the store restarts, as a call's would
+                self.writes_here = False
+                self.handle.send(("write_crashed", exc))
+                raise ServerExited(self.handle, exc) from exc
+            if not ops:
+                return True  # stored already: a retry
+            self.committer.submit(ops, durable, staged)
+        if not durable.wait(timeout):
+            raise CallTimeout(self.handle, timeout, what="add")
+        if durable.error is not None:
+            raise durable.error
+        return True
+
+    @contextmanager
+    def _adds_paused(self) -> Iterator[None]:
+        """No add on a caller's thread in the block: theirs wait in the mailbox."""
+        with self.write_lock:
+            self.writes_here = False
+        try:
+            yield
+        finally:
+            with self.write_lock:
+                self.writes_here = not self.closed
+
     def handle_call(self, message: Any) -> Any:
         if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
-            return self._longterm(*parse_longterm(message, "LevelDBStore"))
+            with self._adds_paused():
+                return self._longterm(*parse_longterm(message, "LevelDBStore"))
         kind, arg = parse_request(message, "LevelDBStore")
         if kind == "add":
             staged: dict[bytes, bytes | None] = {}
-            ops = self._append_ops(*arg, staged=staged)
-            self.committer.submit(ops, self.caller(), staged)
+            with self.write_lock:
+                ops = self._append_ops(*arg, staged=staged)
+                self.committer.submit(ops, self.caller(), staged)
             return NO_REPLY
         if kind == "import":
             staged = {}
             ops = []
-            for conv, batch, key in arg:
-                ops.extend(self._append_ops(conv, batch, key, staged=staged))
-            self.committer.submit(ops, self.caller(), staged)
+            with self.write_lock:
+                for conv, batch, key in arg:
+                    ops.extend(self._append_ops(conv, batch, key, staged=staged))
+                self.committer.submit(ops, self.caller(), staged)
             return NO_REPLY
         if kind == "clear":
             of_conv = (*keys.CONVERSATION_KINDS, *lt.CONVERSATION_KINDS)
             prefixes = [keys.conv_prefix(k, arg) for k in of_conv]
-            return self._delete_range(prefixes, [arg], [lt.cleared_op(arg)])
+            with self._adds_paused():
+                return self._delete_range(prefixes, [arg], [lt.cleared_op(arg)])
         if kind == "forget_user":
             owned = [c for c in self.meta if c.user_id == arg]
             kinds = (*keys.CONVERSATION_KINDS, keys.META)
             prefixes = [keys.user_prefix(k, arg) for k in kinds]
-            return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
+            with self._adds_paused():
+                return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
         if kind == "flush":
             blocking(self.committer.flush)
             return None

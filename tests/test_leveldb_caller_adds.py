@@ -1,0 +1,207 @@
+"""LevelDBStore adds from plain threads run on the caller's thread (ops built under the
+store's write lock, then a wait for the group's fsync): racing clears, forgets, long-term
+writes and kills, every acknowledged add is stored once, in order, and the conversation's
+count stays true."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otpmem.actors import NoProcess, ServerExited, faults
+from otpmem.messages import Conv
+from otpmem.stores import ConversationCleared, LevelDBStore, StoreUnavailable
+from otpmem.supervisors import Supervisor
+from tests.support import run_threads
+
+WAIT = 30.0
+RETRYABLE = (NoProcess, ServerExited, StoreUnavailable)
+
+
+def msg(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def ready(store: Any) -> None:
+    """Until the store's next incarnation is up."""
+    tick = threading.Event()
+    for _ in range(int(WAIT / 0.005)):
+        with contextlib.suppress(NoProcess):
+            if store.resolve().wait_ready(WAIT):
+                return
+        tick.wait(0.005)
+    raise AssertionError("the store did not come back")
+
+
+def test_a_plain_thread_s_add_does_not_go_through_the_mailbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LevelDBStore.start_link(tmp_path / "db")
+    try:
+        calls: list[Any] = []
+        original = LevelDBStore.handle_call
+
+        def spy(self: LevelDBStore, message: Any) -> Any:
+            calls.append(message[0])
+            return original(self, message)
+
+        monkeypatch.setattr(LevelDBStore, "handle_call", spy)
+        store.add("c", [msg("one")], idempotency_key="k")
+        store.add("c", [msg("one")], idempotency_key="k")  # a retry: stored once
+        assert store.get("c") == [msg("one")]
+        assert calls == []
+        store.clear("c")
+        assert calls == ["clear"]
+    finally:
+        store.stop()
+
+
+def test_clears_racing_thread_adds_keep_every_count_true(tmp_path: Path) -> None:
+    store = LevelDBStore.start_link(tmp_path / "db")
+    conv = Conv("ann", "c")
+    stop = threading.Event()
+    try:
+
+        def writer(t: int) -> None:
+            i = 0
+            while not stop.is_set():
+                store.add(conv, [msg(f"{t}:{i}"), msg(f"{t}:{i}b")])
+                i += 1
+
+        def clearer(_: int) -> None:
+            try:
+                for _ in range(30):
+                    store.clear(conv)
+                    store.forget_user("bob")
+                    store.add(Conv("bob", "other"), [msg("by bob")])
+            finally:
+                stop.set()
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        assert run_threads(1, clearer) == []
+        for thread in threads:
+            thread.join(WAIT)
+            assert not thread.is_alive()
+        stored = store.get(conv)
+        assert store.count(conv) == len(stored)
+        assert len(stored) % 2 == 0  # batches whole
+        for first, second in zip(stored[::2], stored[1::2], strict=True):
+            assert second["content"] == first["content"] + "b"
+        store.clear(conv)
+        assert store.count(conv) == 0 and store.get(conv) == []
+    finally:
+        stop.set()
+        store.stop()
+
+
+def test_a_chain_of_follows_adds_racing_clears_is_refused_not_orphaned(tmp_path: Path) -> None:
+    store = LevelDBStore.start_link(tmp_path / "db")
+    conv = Conv("ann", "turns")
+    try:
+
+        def turns(t: int) -> None:
+            for i in range(40):
+                first = f"{t}:{i}:0"
+                try:
+                    store.add(conv, [msg(first)], idempotency_key=first)
+                    store.add(
+                        conv, [msg(f"{t}:{i}:1")], idempotency_key=f"{t}:{i}:1", follows=first
+                    )
+                except ConversationCleared:
+                    continue
+                if t == 0 and i % 5 == 0:
+                    store.clear(conv)
+
+        assert run_threads(4, turns) == []
+        stored = [m["content"] for m in store.get(conv)]
+        for text in stored:
+            if text.endswith(":1"):  # a second half stands only behind its first
+                assert text[:-1] + "0" in stored
+        assert store.count(conv) == len(stored)
+    finally:
+        store.stop()
+
+
+def test_a_bug_in_a_caller_thread_add_restarts_the_store_and_keeps_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sup = Supervisor.start_link([LevelDBStore.child_spec(tmp_path / "db", "caller-bug")])
+    store = LevelDBStore.named("caller-bug")
+    try:
+        store.add("c", [msg("kept")])
+        first = store.resolve()
+
+        def broken(self: LevelDBStore, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a bug in the add")
+
+        monkeypatch.setattr(LevelDBStore, "_append_ops", broken)
+        with pytest.raises(ServerExited, match="a bug in the add"):
+            store.add("c", [msg("never")])
+        assert first.exited.wait(WAIT)
+        monkeypatch.undo()
+        ready(store)
+        store.add("c", [msg("after")])
+        assert store.get("c") == [msg("kept"), msg("after")]
+    finally:
+        sup.stop()
+
+
+def test_kills_racing_thread_adds_lose_no_acknowledged_add(tmp_path: Path) -> None:
+    sup = Supervisor.start_link(
+        [LevelDBStore.child_spec(tmp_path / "db", "caller-kills", intensity=1000, period=1.0)]
+    )
+    store = LevelDBStore.named("caller-kills")
+    stop = threading.Event()
+    acked: dict[int, list[str]] = {t: [] for t in range(6)}
+
+    def writer(t: int) -> None:
+        i = 0
+        while not stop.is_set():
+            text = f"{t}:{i}"
+            try:
+                store.add(Conv("ann", f"w{t}"), [msg(text)], idempotency_key=text, timeout=WAIT)
+            except RETRYABLE:
+                continue
+            acked[t].append(text)
+            i += 1
+
+    def killer(_: int) -> None:
+        try:
+            for k in range(30):
+                with contextlib.suppress(NoProcess):  # between two incarnations
+                    (faults.kill if k % 2 else faults.crash)(store)
+                ready(store)
+        finally:
+            stop.set()
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        assert run_threads(1, killer) == []
+        for thread in threads:
+            thread.join(WAIT)
+            assert not thread.is_alive()
+        for t in range(6):
+            assert [m["content"] for m in store.get(Conv("ann", f"w{t}"))] == acked[t]
+    finally:
+        stop.set()
+        sup.stop()
+
+
+def test_a_leveldb_handle_named_over_a_memory_store_still_adds_by_call() -> None:
+    from otpmem.stores import MemoryStore
+
+    other = MemoryStore.start_link(name="not-a-leveldb-store")
+    try:
+        handle = LevelDBStore.named("not-a-leveldb-store")  # a handle's class is not its store's
+        handle.add("c", [msg("by call")])
+        assert other.get("c") == [msg("by call")]
+    finally:
+        other.stop()
