@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from otpmem.actors import NoProcess, ServerExited, faults
+from otpmem.actors import NoProcess, ServerExited
 from otpmem.messages import Conv
 from otpmem.stores import ConversationCleared, LevelDBStore, StoreUnavailable
 from otpmem.supervisors import Supervisor
@@ -149,49 +149,6 @@ def test_a_bug_in_a_caller_thread_add_restarts_the_store_and_keeps_its_data(
         store.add("c", [msg("after")])
         assert store.get("c") == [msg("kept"), msg("after")]
     finally:
-        sup.stop()
-
-
-def test_kills_racing_thread_adds_lose_no_acknowledged_add(tmp_path: Path) -> None:
-    sup = Supervisor.start_link(
-        [LevelDBStore.child_spec(tmp_path / "db", "caller-kills", intensity=1000, period=1.0)]
-    )
-    store = LevelDBStore.named("caller-kills")
-    stop = threading.Event()
-    acked: dict[int, list[str]] = {t: [] for t in range(6)}
-
-    def writer(t: int) -> None:
-        i = 0
-        while not stop.is_set():
-            text = f"{t}:{i}"
-            try:
-                store.add(Conv("ann", f"w{t}"), [msg(text)], idempotency_key=text, timeout=WAIT)
-            except RETRYABLE:
-                continue
-            acked[t].append(text)
-            i += 1
-
-    def killer(_: int) -> None:
-        try:
-            for k in range(30):
-                with contextlib.suppress(NoProcess):  # between two incarnations
-                    (faults.kill if k % 2 else faults.crash)(store)
-                ready(store)
-        finally:
-            stop.set()
-
-    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
-    try:
-        for thread in threads:
-            thread.start()
-        assert run_threads(1, killer) == []
-        for thread in threads:
-            thread.join(WAIT)
-            assert not thread.is_alive()
-        for t in range(6):
-            assert [m["content"] for m in store.get(Conv("ann", f"w{t}"))] == acked[t]
-    finally:
-        stop.set()
         sup.stop()
 
 

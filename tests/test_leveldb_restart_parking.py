@@ -131,7 +131,9 @@ def test_a_stopped_store_lets_another_process_open_its_directory_at_once(
     assert not [t for t in threading.enumerate() if t.name.startswith("otpmem-leveldb-parked-")]
 
 
-def test_kills_racing_writers_and_readers_lose_no_acknowledged_add(tmp_path: Path) -> None:
+def test_kills_and_crashes_racing_writers_and_readers_lose_no_acknowledged_add(
+    tmp_path: Path,
+) -> None:
     sup = Supervisor.start_link(
         [LevelDBStore.child_spec(tmp_path / "db", "parked-race", intensity=1000, period=1.0)]
     )
@@ -159,9 +161,9 @@ def test_kills_racing_writers_and_readers_lose_no_acknowledged_add(tmp_path: Pat
 
     def killer(_: int) -> None:
         try:
-            for _ in range(20):
+            for k in range(30):
                 with contextlib.suppress(NoProcess):  # between two incarnations
-                    faults.kill(store)
+                    (faults.kill if k % 2 else faults.crash)(store)
                 restarted(store, None)
         finally:
             stop.set()
