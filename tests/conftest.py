@@ -54,8 +54,11 @@ def postgres_server() -> Iterator[str]:
     """
     import shutil
     import tempfile
+    import warnings
 
-    import pgserver
+    with warnings.catch_warnings():  # XDG_RUNTIME_DIR unset: pgserver's lock goes to /tmp
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+        import pgserver
 
     where = tempfile.mkdtemp(prefix="otpmem-test-pg-")
     server = pgserver.get_server(where, cleanup_mode="stop")

@@ -26,10 +26,7 @@ NOT_INSTALLED = (
 
 
 def _pgserver() -> Any:
-    with warnings.catch_warnings():
-        # Importing pgserver, platformdirs warns that XDG_RUNTIME_DIR is unset; pgserver
-        # then puts its lock under /tmp, which is fine: not the user's news.
-        warnings.simplefilter("ignore")
+    with _quiet():
         try:
             import pgserver
         except ImportError:
@@ -37,12 +34,22 @@ def _pgserver() -> Any:
     return pgserver
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    # Importing pgserver, or starting a server, platformdirs warns that XDG_RUNTIME_DIR is
+    # unset; pgserver then puts its lock under /tmp, which is fine: not the user's news.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+        yield
+
+
 def embedded_dsn(data_dir: str | os.PathLike[str] | None) -> str:
     """Start (or join) a PostgreSQL server of our own under ``data_dir``; its DSN. It runs
     until this process exits (none: a new temporary directory)."""
     pgserver = _pgserver()
     where = os.fspath(data_dir) if data_dir is not None else tempfile.mkdtemp(prefix="otpmem-pg-")
-    server = pgserver.get_server(where, cleanup_mode="stop")
+    with _quiet():
+        server = pgserver.get_server(where, cleanup_mode="stop")
     uri: str = server.get_uri()
     return uri
 
@@ -54,7 +61,8 @@ def embedded_server(where: Path) -> Iterator[str]:
     pgserver = _pgserver()
     where.mkdir(parents=True, exist_ok=True)
     _forget_dead_handles(where)
-    server = pgserver.get_server(where, cleanup_mode="stop")
+    with _quiet():
+        server = pgserver.get_server(where, cleanup_mode="stop")
     try:
         yield str(server.get_uri())
     finally:
