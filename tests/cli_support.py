@@ -215,3 +215,29 @@ def servers_under(where: Path) -> list[psutil.Process]:
         if proc.info["name"] == "postgres" and str(where) in cmdline:
             found.append(proc)
     return found
+
+
+def two_node_run(data: Path, dsn: str, agents: int, turns: int) -> subprocess.Popen[str]:
+    """``otpmem simulate`` on 2 nodes with 1 s leases, on the server at ``dsn``, running."""
+    return subprocess.Popen(
+        [
+            str(OTPMEM),
+            "simulate",
+            *("--store", f"postgres={dsn}", "--nodes", "2", "--lease-seconds", "1"),
+            *("--agents", str(agents), "--turns", str(turns), "--data", str(data)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def nodes_after_a_tenth(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    """The run's node processes, once its progress says a tenth of it is done."""
+    assert proc.stderr is not None
+    for line in proc.stderr:  # a progress line per tenth of the run
+        if line.startswith("simulating: ") and "(10%)" in line:
+            break
+    else:
+        pytest.fail("the run ended before a tenth of it was done")
+    return [p for p in psutil.Process(proc.pid).children() if "otpmem._sim_node" in p.cmdline()]

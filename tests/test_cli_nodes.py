@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +13,14 @@ import psutil
 import pytest
 
 from tests.cli_support import (
-    OTPMEM,
     fails_with,
     fields,
     first_number,
     no_traceback,
+    nodes_after_a_tenth,
     otpmem,
     servers_under,
+    two_node_run,
 )
 
 WAIT = 120.0
@@ -78,27 +78,9 @@ def test_a_node_sigkilled_by_the_test_mid_run_is_taken_over_and_nothing_is_lost(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
     data = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            str(OTPMEM),
-            "simulate",
-            *("--store", f"postgres={postgres_dsn}", "--nodes", "2", "--lease-seconds", "1"),
-            *("--agents", "8", "--turns", "40", "--data", str(data)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = two_node_run(data, postgres_dsn, agents=8, turns=40)
     try:
-        assert proc.stderr is not None
-        for line in proc.stderr:  # a progress line per tenth of the run
-            if line.startswith("simulating: ") and "(10%)" in line:
-                break
-        else:
-            pytest.fail("the run ended before a tenth of it was done")
-        victims = [
-            p for p in psutil.Process(proc.pid).children() if "otpmem._sim_node" in p.cmdline()
-        ]
+        victims = nodes_after_a_tenth(proc)
         assert len(victims) == 2
         victims[0].send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=WAIT)

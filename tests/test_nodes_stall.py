@@ -6,7 +6,6 @@ every acknowledged message once, and no two nodes acknowledged one turn differen
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.cli_support import OTPMEM, fields
+from tests.cli_support import fields, nodes_after_a_tenth, two_node_run
 
 WAIT = 120.0
 TURNS = 40
@@ -51,38 +50,21 @@ def test_a_node_frozen_past_its_leases_then_thawed_stores_nothing_beside_its_suc
     tmp_path: Path, postgres_dsn: str
 ) -> None:
     data = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            str(OTPMEM),
-            "simulate",
-            *("--store", f"postgres={postgres_dsn}", "--nodes", "2", "--lease-seconds", "1"),
-            *("--agents", "8", "--turns", str(TURNS), "--data", str(data)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = two_node_run(data, postgres_dsn, agents=8, turns=TURNS)
     victim: psutil.Process | None = None
     try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith("simulating: ") and "(10%)" in line:
-                break
-        else:
-            pytest.fail("the run ended before a tenth of it was done")
+        nodes = nodes_after_a_tenth(proc)
         deadline = time.monotonic() + WAIT
-        nodes = [
-            p for p in psutil.Process(proc.pid).children() if "otpmem._sim_node" in p.cmdline()
-        ]
         assert len(nodes) == 2
         victim = nodes[0]
         victim_id = node_id_of(victim, deadline)
         namespace = json.loads((data / "run.json").read_text())["store"]["namespace"]
         victim.suspend()
         # Frozen until the other node holds every conversation the victim had unfinished.
-        while taken_over(postgres_dsn, namespace, victim_id)[0] > 0 or (
-            taken_over(postgres_dsn, namespace, victim_id)[1] == 0
-        ):
+        while True:
+            left, taken = taken_over(postgres_dsn, namespace, victim_id)
+            if left == 0 and taken > 0:
+                break
             assert time.monotonic() < deadline, "the other node never took the leases over"
             threading.Event().wait(0.05)
         victim.resume()
