@@ -12,6 +12,9 @@ from .ranking import attached as attached_index
 
 ImportEntry = tuple[Conv, list[FrozenDict], str | None]
 
+CheckedAdd = tuple[Conv, list[FrozenDict], str | None, str | None]
+"""An add, validated: the conversation, the frozen batch, its key and the key it follows."""
+
 
 class StoreClient:
     """The client side every store shares, written once: writes as calls to the server
@@ -58,21 +61,15 @@ class StoreClient:
         follows = check_key(follows, "follows")
         if not batch:
             return
-        self._add_checked(key, batch, idempotency_key, follows, timeout)
+        self._add_checked((key, batch, idempotency_key, follows), timeout)
 
-    def _add_checked(
-        self,
-        conv: Conv,
-        batch: list[FrozenDict],
-        idempotency_key: str | None,
-        follows: str | None,
-        timeout: float | None,
-    ) -> None:
+    def _add_checked(self, add: CheckedAdd, timeout: float | None) -> None:
         # A store that can take a checked add without a call overrides this.
+        conv, batch, idempotency_key, follows = add
         if idempotency_key is None and follows is None:
             self.call(("add", conv, batch), timeout)
         else:
-            self.call(("add", conv, batch, idempotency_key, follows), timeout)
+            self.call(("add", *add), timeout)
 
     def clear(self, conv: ConvLike, timeout: float | None = 30.0) -> None:
         """Delete the conversation."""

@@ -12,11 +12,11 @@ from typing import Any
 import msgpack
 
 from ..actors import Handle, NoProcess, current
-from ..messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, is_pinned
+from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from . import _leveldb_keys as keys
 from . import _leveldb_longterm as lt
 from ._base import StoredWindow, check_key, check_last
-from ._client import StoreClient
+from ._client import CheckedAdd, StoreClient
 from ._longterm_client import LongTermClient
 
 READY_TIMEOUT = 30.0
@@ -119,18 +119,10 @@ class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
         with self._db() as db:
             return [keys.decode_conv(k) for k in db.iterator(prefix=prefix, include_value=False)]
 
-    def _add_checked(
-        self,
-        conv: Conv,
-        batch: list[FrozenDict],
-        idempotency_key: str | None,
-        follows: str | None,
-        timeout: float | None,
-    ) -> None:
+    def _add_checked(self, add: CheckedAdd, timeout: float | None) -> None:
         server = self._writer()
-        add = (conv, batch, idempotency_key, follows)
         if server is None or not server.add_here(add, timeout):
-            super()._add_checked(conv, batch, idempotency_key, follows, timeout)
+            super()._add_checked(add, timeout)
 
     def _writer(self) -> Any:
         """The store to add on this thread, ready; None if the add must be a call: from a

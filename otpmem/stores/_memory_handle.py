@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..actors import CallingSelf, Handle, Killed, NoProcess, Table, TableError
+from ..actors import CallingSelf, Handle, Killed, NoProcess, Table, TableError, current
 from ..actors._names import lookup
-from ..actors._node import current
 from ..actors._process import Process
-from ..messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, is_pinned
+from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from . import _longterm_table as lt
 from ._base import StoredWindow, check_key, check_last
-from ._client import StoreClient, parse_request
+from ._client import CheckedAdd, StoreClient, parse_request
 from ._longterm_client import LongTermClient
 from ._user_index import UserIndex, UserKey
 
@@ -105,20 +104,13 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
                 return None
         return super().call(message, timeout)
 
-    def _add_checked(
-        self,
-        conv: Conv,
-        batch: list[FrozenDict],
-        idempotency_key: str | None,
-        follows: str | None,
-        timeout: float | None,
-    ) -> None:
+    def _add_checked(self, add: CheckedAdd, timeout: float | None) -> None:
         writer = self._writer()
         if writer is None:
-            super()._add_checked(conv, batch, idempotency_key, follows, timeout)
+            super()._add_checked(add, timeout)
             return
         process, server = writer
-        server.write_here(process, "add", (conv, batch, idempotency_key, follows), self._target())
+        server.write_here(process, "add", add, self._target())
 
     def _writer(self) -> tuple[Process, MemoryStore] | None:
         """The store to write on this thread, ready; None if writes must be calls: its
