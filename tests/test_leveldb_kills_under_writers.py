@@ -62,7 +62,7 @@ def test_after_a_kill_no_add_lands_and_every_acknowledged_one_is_on_disk(tmp_pat
         sup.stop()
 
 
-def test_kills_and_crashes_under_writers_lose_nothing_and_the_store_comes_back(
+def test_kills_and_crashes_under_writers_and_readers_lose_nothing_and_the_store_comes_back(
     tmp_path: Path,
 ) -> None:
     sup = Supervisor.start_link(
@@ -90,7 +90,20 @@ def test_kills_and_crashes_under_writers_lose_nothing_and_the_store_comes_back(
             i += 1
             acked[t] = i
 
+    read_errors: list[BaseException] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                store.get(Conv("ann", "w0"), last=20)
+            except RETRYABLE:
+                continue
+            except BaseException as exc:  # anything else a read hears is a failure
+                read_errors.append(exc)
+                return
+
     threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
     for thread in threads:
         thread.start()
     try:
@@ -112,6 +125,7 @@ def test_kills_and_crashes_under_writers_lose_nothing_and_the_store_comes_back(
             thread.join(WAIT)
     try:
         assert sup.alive
+        assert read_errors == []
         for t in range(4):
             stored = [m["content"] for m in store.get(Conv("ann", f"w{t}"))]
             assert stored == [f"{t}:{i}" for i in range(acked[t])]  # keys: each once

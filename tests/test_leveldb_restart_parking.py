@@ -5,7 +5,6 @@ shutdown or a failed write closes it at once."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import threading
@@ -16,7 +15,6 @@ from otpmem.actors import NoProcess, ServerExited, faults
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, LevelDBStoreHandle, StoreUnavailable
 from otpmem.supervisors import ChildSpec, Supervisor
-from tests.support import run_threads
 
 WAIT = 30.0
 CONV = Conv("ann", "c")
@@ -129,57 +127,3 @@ def test_a_stopped_store_lets_another_process_open_its_directory_at_once(
 
     assert opened.returncode == 0, opened.stderr
     assert not [t for t in threading.enumerate() if t.name.startswith("otpmem-leveldb-parked-")]
-
-
-def test_kills_and_crashes_racing_writers_and_readers_lose_no_acknowledged_add(
-    tmp_path: Path,
-) -> None:
-    sup = Supervisor.start_link(
-        [LevelDBStore.child_spec(tmp_path / "db", "parked-race", intensity=1000, period=1.0)]
-    )
-    store = LevelDBStore.named("parked-race")
-    stop = threading.Event()
-    acked: dict[int, list[str]] = {t: [] for t in range(4)}
-
-    def writer(t: int) -> None:
-        i = 0
-        while not stop.is_set():
-            text = f"{t}:{i}"
-            try:
-                store.add(Conv("ann", f"w{t}"), [msg(text)], idempotency_key=text, timeout=WAIT)
-            except RETRYABLE:
-                continue  # the same key again: stored once whatever the kill did
-            acked[t].append(text)
-            i += 1
-
-    def reader(_: int) -> None:
-        while not stop.is_set():
-            try:
-                store.get(Conv("ann", "w0"), last=20)
-            except RETRYABLE:
-                continue
-
-    def killer(_: int) -> None:
-        try:
-            for k in range(30):
-                with contextlib.suppress(NoProcess):  # between two incarnations
-                    (faults.kill if k % 2 else faults.crash)(store)
-                restarted(store, None)
-        finally:
-            stop.set()
-
-    workers = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
-    workers += [threading.Thread(target=reader, args=(t,)) for t in range(2)]
-    try:
-        for worker in workers:
-            worker.start()
-        assert run_threads(1, killer) == []
-        for worker in workers:
-            worker.join(WAIT)
-            assert not worker.is_alive()
-        for t in range(4):
-            stored = [m["content"] for m in store.get(Conv("ann", f"w{t}"))]
-            assert stored == acked[t]  # every acknowledged add, once, in order
-    finally:
-        stop.set()
-        sup.stop()
