@@ -276,3 +276,47 @@ def run_threads(
         thread.join(timeout)
         assert not thread.is_alive(), "a thread did not finish in time"
     return errors
+
+
+def adds_across_a_kill(
+    store: Any, sup: SupervisorHandle, child_id: str, writers: int = 6
+) -> tuple[dict[int, list[str]], list[BaseException]]:
+    """``writers`` threads add to ``Conv("ann", "w<t>")`` through a handle to the store's
+    current incarnation only, until the test kills it; what each had acknowledged and the
+    error each was turned away with, once the next incarnation is up."""
+    from otpmem.actors import NoProcess, ServerExited, faults
+    from otpmem.messages import Conv
+    from otpmem.stores import StoreUnavailable
+
+    first = store.resolve()
+    stop = threading.Event()
+    acked: dict[int, list[str]] = {t: [] for t in range(writers)}
+    refused: list[BaseException] = []
+
+    def writer(t: int) -> None:
+        handle = type(store)(first)  # this incarnation only: never the next
+        i = 0
+        while not stop.is_set():
+            text = f"{t}:{i}"
+            try:
+                handle.add(Conv("ann", f"w{t}"), [{"role": "user", "content": text}])
+            except (NoProcess, ServerExited, StoreUnavailable) as exc:
+                refused.append(exc)
+                return
+            acked[t].append(text)
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(writers)]
+    try:
+        for thread in threads:
+            thread.start()
+        faults.kill(store)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30.0)
+    assert not any(thread.is_alive() for thread in threads)
+    pair = sup.child(child_id)
+    assert pair is not None
+    pair.sync()
+    return acked, refused

@@ -14,6 +14,7 @@ from otpmem.actors import NoProcess, ServerExited, faults
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, StoreUnavailable
 from otpmem.supervisors import Supervisor
+from tests.support import adds_across_a_kill
 
 WAIT = 30.0
 RETRYABLE = (NoProcess, ServerExited, StoreUnavailable)
@@ -26,39 +27,14 @@ def msg(text: str) -> dict[str, Any]:
 def test_after_a_kill_no_add_lands_and_every_acknowledged_one_is_on_disk(tmp_path: Path) -> None:
     sup = Supervisor.start_link([LevelDBStore.child_spec(tmp_path / "db", "lv-killed")])
     store = LevelDBStore.named("lv-killed")
-    first = store.resolve()
-    stop = threading.Event()
-    acked: dict[int, list[str]] = {t: [] for t in range(6)}
-
-    def writer(t: int) -> None:
-        handle = LevelDBStore.handle_class(first)  # this incarnation only
-        i = 0
-        while not stop.is_set():
-            try:
-                handle.add(Conv("ann", f"w{t}"), [msg(f"{t}:{i}")], timeout=WAIT)
-            except RETRYABLE:
-                return
-            acked[t].append(f"{t}:{i}")
-            i += 1
-
-    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
     try:
-        for thread in threads:
-            thread.start()
-        faults.kill(store)
-        stop.set()
-        for thread in threads:
-            thread.join(WAIT)
-            assert not thread.is_alive()
-        pair = sup.child("lv-killed")
-        assert pair is not None
-        pair.sync()
+        acked, refused = adds_across_a_kill(store, sup, "lv-killed")
+        assert len(refused) == 6  # each writer was turned away by the dead incarnation
         for t in range(6):
             stored = [m["content"] for m in store.get(Conv("ann", f"w{t}"))]
             # Every acknowledged add is there; one in flight at the kill may be too.
             assert stored[: len(acked[t])] == acked[t] and len(stored) <= len(acked[t]) + 1
     finally:
-        stop.set()
         sup.stop()
 
 

@@ -12,7 +12,7 @@ from otpmem.actors import GenServer, NoProcess, ServerExited, faults
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore
 from otpmem.supervisors import Supervisor
-from tests.support import run_threads
+from tests.support import adds_across_a_kill, run_threads
 
 WAIT = 30.0
 
@@ -50,41 +50,13 @@ def test_writers_on_many_threads_never_interleave_and_clear_takes_its_turn() -> 
 def test_after_a_kill_no_add_lands_and_every_acknowledged_one_is_kept() -> None:
     sup = Supervisor.start_link([MemoryStore.child_spec("killed-mid-write")])
     store = MemoryStore.named("killed-mid-write")
-    first = store.resolve()
-    stop = threading.Event()
-    acked: dict[int, list[str]] = {t: [] for t in range(6)}
-    refused: list[BaseException] = []
-
-    def writer(t: int) -> None:
-        handle = MemoryStore.handle_class(first)  # this incarnation only: never the next
-        i = 0
-        while not stop.is_set():
-            text = f"{t}:{i}"
-            try:
-                handle.add(Conv("ann", f"w{t}"), [msg(text)])
-            except (NoProcess, ServerExited) as exc:
-                refused.append(exc)
-                return
-            acked[t].append(text)
-            i += 1
-
-    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
     try:
-        for thread in threads:
-            thread.start()
-        faults.kill(store)
-        stop.set()
-        for thread in threads:
-            thread.join(WAIT)
-        pair = sup.child("killed-mid-write")
-        assert pair is not None
-        pair.sync()
+        acked, refused = adds_across_a_kill(store, sup, "killed-mid-write")
         assert len(refused) == 6  # each writer was turned away by the dead incarnation
         for t in range(6):
             stored = [m["content"] for m in store.get(Conv("ann", f"w{t}"))]
             assert stored == acked[t]  # all acknowledged, and nothing after the kill
     finally:
-        stop.set()
         sup.stop()
 
 
