@@ -77,9 +77,7 @@ class Table(Generic[K, V]):
             raise Killed(writer)
         data = self._read()
         owner = self._owner
-        if (owner is None or owner is not writer) and (
-            owner is None or getattr(_acting, "owner", None) is not owner
-        ):
+        if owner is None or (owner is not writer and getattr(_acting, "owner", None) is not owner):
             raise TableError(
                 f"table {self.name!r} is protected: only its owner {owner!r} may write it"
             )

@@ -46,7 +46,7 @@ from ._base import (
     ConversationCleared,
     StoreError,
 )
-from ._client import parse_request
+from ._client import CheckedAdd, parse_request
 from ._committer import MISSING, Committer, Durable, Op
 from ._leveldb_handle import READY_TIMEOUT, LevelDBStoreHandle
 from ._leveldb_open import (
@@ -195,7 +195,7 @@ class LevelDBStore(GenServer):
             raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
         return super().handle_info(message)
 
-    def add_here(self, add: tuple[Any, ...], timeout: float | None) -> bool:
+    def add_here(self, add: CheckedAdd, timeout: float | None) -> bool:
         """Run an add on the calling thread (not a process's: it waits for the fsync):
         its ops built under the write lock, then a wait for its group to be on disk.
         False if writes are paused (a clear, a stop): the caller then calls, and its add
