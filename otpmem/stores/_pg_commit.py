@@ -86,10 +86,10 @@ class Committing:
             fences = [items[i][1] for i in going]
             try:
                 if len(going) == 1 and fences[0] is None:
-                    self._statement(self.writes.append, cur, *adds[0])
+                    self._deadlock_retried(self.writes.append, cur, *adds[0])  # one statement
                     answers = [1]
                 else:
-                    answers = self._statement(self.writes.append_group, cur, adds, fences)
+                    answers = self._deadlock_retried(self.writes.append_group, cur, adds, fences)
             except FencesLost as exc:
                 lost = {going[j] for j in exc.positions}
                 for i in lost:
@@ -107,9 +107,8 @@ class Committing:
                 outcomes[i] = _appended(answer, items[i][0])
             return
 
-    def _statement(self, work: Callable[..., T], *args: Any) -> T:
-        """``work(*args)``, one autocommit statement; a deadlock PostgreSQL broke is
-        retried."""
+    def _deadlock_retried(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)``, again if PostgreSQL broke a deadlock by rolling it back."""
         for _ in range(DEADLOCK_RETRIES):
             try:
                 return work(*args)
@@ -124,14 +123,12 @@ class Committing:
 
     def _in_transaction(self, conn: Any, work: Callable[[], Any]) -> Any:
         """``work()`` in one transaction; a deadlock PostgreSQL broke is retried."""
-        for _ in range(DEADLOCK_RETRIES):
-            try:
-                with conn.transaction():
-                    return work()
-            except self._rollback:
-                continue
-        with conn.transaction():
-            return work()
+
+        def transaction() -> Any:
+            with conn.transaction():
+                return work()
+
+        return self._deadlock_retried(transaction)
 
     @contextmanager
     def _caller_errors(self, owner: object) -> Iterator[None]:
