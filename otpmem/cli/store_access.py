@@ -15,7 +15,6 @@ there.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -115,23 +114,24 @@ def postgres_run(path: Path) -> dict[str, str] | None:
     return params.store
 
 
-def _without_password(dsn: str) -> str:
-    """A DSN run.json kept (password replaced by ``***``) with no password at all."""
-    dsn = re.sub(r"(://[^:/@]*):\*\*\*@", r"\1@", dsn)
-    return re.sub(r"\s*password=\*\*\*", "", dsn).strip()
-
-
 @contextmanager
 def _postgres(path: Path, store: dict[str, str]) -> Iterator[PostgresStoreHandle]:
     """The run's PostgresStore, started on its server (the embedded one started for the
     block); a run whose schema is not there yet is refused, not created."""
-    from ..stores.postgres import PostgresStore, embedded_server, redact, schema_exists
+    from .._sim_nodes import EMBEDDED_NAMESPACE
+    from ..stores.postgres import (
+        PostgresStore,
+        embedded_server,
+        redact,
+        schema_exists,
+        unredacted,
+    )
 
-    namespace = store.get("namespace") or "otpmem_sim"
+    namespace = store.get("namespace") or EMBEDDED_NAMESPACE
     with ExitStack() as stack:
         dsn = store.get("dsn") or ""
         if dsn:
-            dsn = _without_password(dsn)
+            dsn = unredacted(dsn)
         else:
             where = path / "postgres"
             if not where.is_dir():

@@ -49,6 +49,13 @@ def redact(dsn: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
 
 
+def unredacted(dsn: str) -> str:
+    """A DSN ``redact`` made (its password ``***``) with no password at all: libpq then
+    takes one from ``PGPASSWORD`` or ``~/.pgpass``."""
+    dsn = re.sub(r"(://[^:/@]*):\*\*\*@", r"\1@", dsn)
+    return re.sub(r"\s*password=\*\*\*", "", dsn).strip()
+
+
 class Committing:
     """The write side of a PostgresStore's server (a mixin: the server sets the fields)."""
 
@@ -186,4 +193,5 @@ __all__ = [
     "FencedAdd",
     "redact",
     "refused",
+    "unredacted",
 ]

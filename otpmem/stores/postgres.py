@@ -53,6 +53,7 @@ from ._pg_commit import (
     FenceOf,
     redact,
     refused,
+    unredacted,
 )
 from ._pg_embedded import embedded_dsn, embedded_server
 from ._pg_leases import Fence, Lease, Leases, ensure_leases
@@ -311,4 +312,5 @@ __all__ = [
     "embedded_server",
     "redact",
     "schema_exists",
+    "unredacted",
 ]
