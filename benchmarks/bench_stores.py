@@ -51,7 +51,6 @@ import msgpack
 import plyvel
 from _common import (
     EchoActor,
-    drive,
     latency_race,
     memory_kib,
     race,
@@ -380,88 +379,6 @@ def bench_group_commit(quick: bool, root: Path) -> list[str]:
     return lines
 
 
-RAW_GOAL = 0.9
-"""LevelDBStore durable adds over the same writes done with raw plyvel, at least."""
-
-
-def raw_round(
-    db: Any, writers: int, batches: list[list[dict[str, Any]]], per_add: int, single_puts: bool
-) -> float:
-    """``writers`` threads write their batches with raw plyvel, synced, ``per_add``
-    messages per WriteBatch (or one ``put(sync=True)`` each); msgs/s."""
-    pack, key = msgpack.packb, keys.message_key
-
-    def writes(k: int) -> list[Callable[[], Any]]:
-        """This writer's synced writes, under its own prefix, keyed as the store keys them."""
-        prefix = keys.conv_prefix(keys.MESSAGE, Conv(f"raw-{k}", "c"))
-        base = next(raw_keys) * 1_000_000
-        mine = batches[k]
-
-        def write(i: int) -> None:
-            """Messages i .. i + per_add - 1, in one synced write."""
-            if single_puts:
-                db.put(key(prefix, base + i), pack(mine[i]), sync=True)
-                return
-            batch = db.write_batch(sync=True)
-            for j, message in enumerate(mine[i : i + per_add]):
-                batch.put(key(prefix, base + i + j), pack(message))
-            batch.write()
-
-        return [lambda i=i: write(i) for i in range(0, len(mine), per_add)]
-
-    groups = [writes(k) for k in range(writers)]
-    elapsed = drive(groups, len(groups[0]))
-    return sum(len(b) for b in batches) / elapsed
-
-
-raw_keys = itertools.count()
-
-
-def bench_durable_vs_raw(quick: bool, root: Path) -> list[str]:
-    """LevelDBStore add(sync=True) vs raw plyvel doing the same synced writes from the same
-    threads: 16 writers x 1 message (raw: put(sync=True)), 16 x 4 (raw: a WriteBatch per
-    add), 1 x 1 (raw: a synced WriteBatch); paired per repeat, order rotated."""
-    per_writer, one, repeats = (100, 300, 3) if quick else (400, 1_500, 5)
-    cases = [
-        ("16 writers, 1 msg per add", 16, 1, True, "put(sync=True)"),
-        ("16 writers, 4 msgs per add", 16, 4, False, "WriteBatch(sync=True) per add"),
-        ("1 writer, 1 msg per add", 1, 1, False, "WriteBatch(sync=True)"),
-    ]
-    store = LevelDBStore.start_link(root / "raw-store", sync=True)
-    db = plyvel.DB(str(root / "raw-plyvel"), create_if_missing=True)
-    seq = itertools.count()
-    results: dict[str, list[tuple[float, float]]] = {c[0]: [] for c in cases}
-    try:
-        for r in range(repeats + 1):  # the first is a warm-up
-            for label, writers, per_add, single, _ in cases:
-                n = one if writers == 1 else per_writer
-                batches = [messages(next(seq) * n, n) for _ in range(writers)]
-                if r % 2:  # who goes first alternates: the disk warms for the second
-                    raw = raw_round(db, writers, batches, per_add, single)
-                    ours, _ = writers_round(store, writers, batches, per_add)
-                else:
-                    ours, _ = writers_round(store, writers, batches, per_add)
-                    raw = raw_round(db, writers, batches, per_add, single)
-                if r:
-                    results[label].append((ours, raw))
-    finally:
-        store.stop()
-        db.close()
-    lines = []
-    for label, _, _, _, raw_name in cases:
-        pairs = results[label]
-        ratios = [ours / raw for ours, raw in pairs]
-        ok = statistics.median(ratios) >= RAW_GOAL
-        lines.append(
-            f"LevelDBStore add(sync=True) vs raw plyvel, {label}: "
-            f"{statistics.median(p[0] for p in pairs) / 1e3:.1f}k msgs/s | raw {raw_name} "
-            f"{statistics.median(p[1] for p in pairs) / 1e3:.1f}k msgs/s | store/raw = "
-            f"{ratio_summary(ratios)} (throughput, paired per repeat; goal >= {RAW_GOAL}) -> "
-            f"{verdict(ok)}"
-        )
-    return lines
-
-
 # -- 3 and 4. LevelDBStore reads from a big database ------------------------------------------
 
 
@@ -704,7 +621,6 @@ def main(quick: bool) -> list[str]:
         lines = [*bench_memory_add(quick), *bench_memory_add_in_process(quick)]
         lines += bench_memory_get(quick)
         lines += bench_group_commit(quick, root)
-        lines += bench_durable_vs_raw(quick, root)
         big = build_big_db(root / "big", 100_000 if quick else 1_000_000)
         lines += [*bench_flat_get(quick, big), *bench_reopen(big)]
         lines += bench_memory_rss(quick)
