@@ -258,10 +258,12 @@ class LevelDBStore(GenServer):
             with self._adds_paused():
                 return self._delete_range(prefixes, [arg], [lt.cleared_op(arg)])
         if kind == "forget_user":
-            owned = [c for c in self.meta if c.user_id == arg]
             kinds = (*keys.CONVERSATION_KINDS, keys.META)
             prefixes = [keys.user_prefix(k, arg) for k in kinds]
             with self._adds_paused():
+                # Listed once adds are paused: a conversation a thread begins until then
+                # is cached by now, and its cached count must go with it.
+                owned = [c for c in self.meta if c.user_id == arg]
                 return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
         if kind == "flush":
             blocking(self.committer.flush)
