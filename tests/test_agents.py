@@ -935,3 +935,28 @@ def test_one_writer_per_conversation_holds_for_providers_without_a_store(
         release.set()
         runner.join(WAIT)
     assert [m["content"] for m in store.get("shared")] == ["one", "first"]
+
+
+def test_a_new_incarnation_never_reuses_an_earlier_ones_turn_ids(
+    store: MemoryStoreHandle, agents: list[AgentHandle]
+) -> None:
+    # Turn ids the agent makes are a per-incarnation prefix and a count: a restarted agent
+    # counts from 0 again, so a shared prefix would make its first turn a "retry" of the
+    # old first turn, and store nothing.
+    run_ids: list[str] = []
+    callbacks = {"on_turn_start": lambda meta: run_ids.append(meta["run_id"])}
+    for incarnation in range(2):
+        agent = Agent.start_link(
+            llm=ScriptedModel([f"answer {incarnation}-{k}" for k in range(2)]),
+            memory={"store": store},
+            conversation_id="incarnations",
+            callbacks=callbacks,
+        )
+        agents.append(agent)
+        agent.run(f"question {incarnation}-0")
+        agent.run(f"question {incarnation}-1")
+        agent.stop()
+    assert len(set(run_ids)) == 4
+    assert [m["content"] for m in store.get(Conv(None, "incarnations"))] == [
+        f"{kind} {i}-{k}" for i in range(2) for k in range(2) for kind in ("question", "answer")
+    ]

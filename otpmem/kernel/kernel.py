@@ -98,28 +98,34 @@ class Kernel:
         **options: Any,
     ) -> tuple[ChatResponse, Context]:
         """One model call through the filters (no tool loop)."""
+        if not self.filters and not system_prompt:  # nothing around the call: make it
+            return self._call_model(messages, options), context or Context()
         filters = list(self.filters)
         if system_prompt:
             filters.append(system_prompt_filter([{"role": "system", "content": system_prompt}]))
 
         def terminal(request: ChatRequest) -> tuple[ChatResponse, Context]:
-            options = dict(request.options)
-            # The last step before the model, whatever filters and memory built the list.
-            sent = valid_context(request.messages)
-            if getattr(self.llm, "blocks", True):
-                # An HTTP call holds its thread for seconds: off the schedulers with it.
-                response = blocking(self.llm.chat, sent, self.specs, **options)
-            else:
-                response = self.llm.chat(sent, self.specs, **options)
-            if self.pricing is not None and response.usage is not None:
-                priced = self.pricing.priced(self.model_name, response.usage)
-                if priced is not None and "cost" in priced and "cost" not in response.usage:
-                    response = dataclasses.replace(response, usage=priced)
-            return response, request.context
+            return self._call_model(request.messages, request.options), request.context
 
         request = ChatRequest(list(messages), context or Context(), options)
         response, out = run_chat_chain(filters, terminal, request)
         return response, out
+
+    def _call_model(
+        self, messages: Sequence[Mapping[str, Any]], options: Mapping[str, Any]
+    ) -> ChatResponse:
+        # The last step before the model, whatever filters and memory built the list.
+        sent = valid_context(messages)
+        if getattr(self.llm, "blocks", True):
+            # An HTTP call holds its thread for seconds: off the schedulers with it.
+            response = blocking(self.llm.chat, sent, self.specs, **options)
+        else:
+            response = self.llm.chat(sent, self.specs, **options)
+        if self.pricing is not None and response.usage is not None:
+            priced = self.pricing.priced(self.model_name, response.usage)
+            if priced is not None and "cost" in priced and "cost" not in response.usage:
+                response = dataclasses.replace(response, usage=priced)
+        return response
 
     def run_tool(self, call: Mapping[str, Any], context: Context) -> dict[str, Any]:
         """Run one tool call through the ``around_tool`` filters; the tool message."""
