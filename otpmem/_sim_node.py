@@ -38,7 +38,7 @@ from .app import start, start_agent
 from .llm import ChatModel, ScriptedModel
 from .messages import Conv
 from .stores import StoreError, default_store
-from .stores._pg_leases import Heartbeat, Lease, Leases
+from .stores.postgres import Heartbeat, Lease, Leases
 
 EXIT_MODEL_FAILED = 3
 EXIT_UNAVAILABLE = 2

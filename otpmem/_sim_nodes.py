@@ -130,8 +130,7 @@ class ClusterSimulation(Simulation):
 
     def _run(self, where: Placement, started: float, wall0: float) -> SimulationReport:
         with self._database() as dsn, self._run_lock(dsn):
-            from .stores._pg_leases import Leases, ensure_leases
-            from .stores.postgres import PostgresStore
+            from .stores.postgres import Leases, PostgresStore, ensure_leases
 
             store = PostgresStore.start_link(dsn, namespace=self.ns)  # makes the schema
             leases = Leases(dsn, self.ns, owner="coordinator", ttl=self.lease_ttl)

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..guardrails import Policy, Request, check_guardrails
-from ..guardrails._policy import UsageReader, check_policies
-from ..guardrails._policy import check_store as check_usage_store
+from ..guardrails import Policy, Request, UsageReader, check_guardrails, check_policies
+from ..guardrails import check_store as check_usage_store
 from ..memory import LongTermMemory, MemoryProvider
 from ..messages import Conv, short_repr
 

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..actors import CallTimeout, GenServer, Handle, NoProcess, Stop
-from ..actors._signals import CallEnvelope
-from ..actors._waits import OneShot
+from ..actors.runtime import CallEnvelope, OneShot
 
 T = TypeVar("T")
 

@@ -300,7 +300,7 @@ def simulate(
     if data is None:
         data = Path(tempfile.mkdtemp(prefix="otpmem-sim-"))
         hint(f"running in a new temporary directory: {data}")
-    from ..observe._cli import observing  # here: the other commands never load the observer
+    from ..observe import observing  # here: the other commands never load the observer
 
     progress = make_progress(not no_progress and not as_json and not live, time.monotonic())
     common: dict[str, Any] = {

@@ -7,7 +7,15 @@
     agent.run("hi")        # PolicyViolation once ann's recorded tokens pass 50,000
 """
 
-from ._policy import Policy, PolicyViolation, Request, UsageReader, check_guardrails
+from ._policy import (
+    Policy,
+    PolicyViolation,
+    Request,
+    UsageReader,
+    check_guardrails,
+    check_policies,
+    check_store,
+)
 from .budgets import CostBudget, TokenBudget
 
 __all__ = [
@@ -18,4 +26,6 @@ __all__ = [
     "TokenBudget",
     "UsageReader",
     "check_guardrails",
+    "check_policies",
+    "check_store",
 ]

@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..guardrails import Request, check_guardrails
-from ..guardrails._policy import check_policies, check_store
+from ..guardrails import Request, check_guardrails, check_policies, check_store
 from ..llm import ChatResponse
 from .filters import ChatNext, ChatRequest, Context, Filter
 

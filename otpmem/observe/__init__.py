@@ -15,8 +15,9 @@ view (``otpmem.observe.terminal``, Rich) and Prometheus metrics
 ``TurnMeter`` through their callbacks: ``start_agent(..., callbacks=meter.callbacks())``.
 """
 
+from ._cli import observing
 from ._meter import TurnMeter
 from ._server import ObserverServer, serve
 from ._source import Observer
 
-__all__ = ["Observer", "ObserverServer", "TurnMeter", "serve"]
+__all__ = ["Observer", "ObserverServer", "TurnMeter", "observing", "serve"]

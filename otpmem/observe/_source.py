@@ -24,8 +24,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from ..actors import ActorError, Handle, live_processes
-from ..actors._process import Process
-from ..actors._scheduler import QUEUED, RUNNING
+from ..actors.runtime import QUEUED, RUNNING, Process
 from ..messages import short_repr
 from ..stores import ChatMemory, StoreError
 from ..supervisors import Supervisor, SupervisorEvent, SupervisorHandle

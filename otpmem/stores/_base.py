@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..actors import ServerExited
 from ..messages import Conv, ConvLike, short_repr
 
 EXPORT_FORMAT = "otpmem.export"
@@ -158,3 +159,19 @@ def check_key(key: object, what: str = "idempotency_key") -> str | None:
             f"characters, got {short_repr(key)}"
         )
     return key
+
+
+WRITE_CRASHED = "write_crashed"
+
+
+def crash_server(server: Any, target: object, exc: BaseException) -> ServerExited:
+    """What an add on a caller's thread raises after hitting a bug: the server is told to
+    crash with it (and restarts, as a call's would); the caller hears it exited."""
+    server.send((WRITE_CRASHED, exc))
+    return ServerExited(target, exc)
+
+
+def raise_write_crash(message: object) -> None:
+    """In a store's ``handle_info``: crash with what a caller-thread write hit."""
+    if type(message) is tuple and len(message) == 2 and message[0] == WRITE_CRASHED:
+        raise message[1]

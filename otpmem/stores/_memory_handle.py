@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..actors import CallingSelf, Handle, Killed, NoProcess, Table, TableError, current
-from ..actors._names import lookup
-from ..actors._process import Process
+from ..actors.runtime import Process, lookup
 from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from . import _longterm_table as lt
 from ._base import StoredWindow, check_key, check_last

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..actors import GenServer, Handle, InitFailed
-from ..actors._node import current
+from ..actors import GenServer, Handle, InitFailed, current
 from ..actors.faults import FaultPlan
 from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
 from ._base import StoreError

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgpack
 
-from ..actors import NO_REPLY, CallTimeout, GenServer, ServerExited, blocking, on_exit
+from ..actors import NO_REPLY, CallTimeout, GenServer, blocking, on_exit
 from ..actors.faults import FaultPlan
 from ..messages import (
     Conv,
@@ -45,6 +45,8 @@ from ._base import (
     STORE_PERIOD,
     ConversationCleared,
     StoreError,
+    crash_server,
+    raise_write_crash,
 )
 from ._client import CheckedAdd, parse_request
 from ._committer import MISSING, Committer, Durable, Op
@@ -188,8 +190,7 @@ class LevelDBStore(GenServer):
             self.keep_open = False
 
     def handle_info(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] == "write_crashed":
-            raise message[1]
+        raise_write_crash(message)
         if isinstance(message, tuple) and message and message[0] == "write_failed":
             self.keep_open = False
             raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
@@ -211,8 +212,7 @@ class LevelDBStore(GenServer):
                 raise
             except BaseException as exc:  # a bug: the store restarts, as a call's would
                 self.writes_here = False
-                self.handle.send(("write_crashed", exc))
-                raise ServerExited(self.handle, exc) from exc
+                raise crash_server(self.handle, self.handle, exc) from exc
             if not ops:
                 return True  # stored already: a retry
             self.committer.submit(ops, durable, staged)

@@ -27,17 +27,16 @@ from ..actors import (
     GenServer,
     Handle,
     NoProcess,
-    ServerExited,
     Table,
     TableKeeper,
     claim_table,
+    current,
     new_table,
     on_exit,
     writing_for,
 )
-from ..actors._node import current
-from ..actors._process import Process
 from ..actors.faults import FaultPlan
+from ..actors.runtime import Process
 from ..messages import (
     Conv,
     InvalidMessage,
@@ -52,6 +51,8 @@ from ._base import (
     STORE_INTENSITY,
     STORE_PERIOD,
     ConversationCleared,
+    crash_server,
+    raise_write_crash,
 )
 from ._client import parse_request
 from ._longterm_client import LONGTERM_KINDS, parse_longterm
@@ -177,12 +178,10 @@ class MemoryStore(GenServer):
                 raise
             except BaseException as exc:
                 # What would have crashed the server crashes it still: let it restart.
-                process.send(("write_crashed", exc))
-                raise ServerExited(target, exc) from exc
+                raise crash_server(process, target, exc) from exc
 
     def handle_info(self, message: Any) -> Any:
-        if type(message) is tuple and len(message) == 2 and message[0] == "write_crashed":
-            raise message[1]
+        raise_write_crash(message)
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:

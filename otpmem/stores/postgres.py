@@ -56,7 +56,7 @@ from ._pg_commit import (
     unredacted,
 )
 from ._pg_embedded import embedded_dsn, embedded_server
-from ._pg_leases import Fence, Lease, Leases, ensure_leases
+from ._pg_leases import Fence, Heartbeat, Lease, Leases, ensure_leases
 from ._pg_reads import PostgresReads, compose
 from ._pg_schema import check_namespace, ensure_schema
 from ._pg_writes import Writes
@@ -303,6 +303,7 @@ class PostgresStore(Committing, GenServer):
 
 __all__ = [
     "Fence",
+    "Heartbeat",
     "Lease",
     "LeaseLost",
     "Leases",
@@ -310,6 +311,7 @@ __all__ = [
     "PostgresStoreHandle",
     "embedded_dsn",
     "embedded_server",
+    "ensure_leases",
     "redact",
     "schema_exists",
     "unredacted",

@@ -22,8 +22,7 @@ from ..actors import (
     StartIgnored,
     is_shutdown,
 )
-from ..actors._process import Process
-from ..actors._tables import become_default_heir
+from ..actors.runtime import Process, become_default_heir
 from ..messages import short_repr
 from ._spec import ChildInfo, ChildSpec
 

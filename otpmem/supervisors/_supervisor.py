@@ -22,10 +22,10 @@ from ..actors import (
     Handle,
     Pid,
     Stop,
+    current,
     is_normal_exit,
     on_exit,
 )
-from ..actors._node import current
 from ..messages import short_repr
 from ._children import Child, Children
 from ._handle import SupervisorHandle

@@ -1,0 +1,25 @@
+"""The runtime's inside, for the packages that build on it (supervisors, stores, the
+observer, the asyncio bridge): the process object, its run states, the name table, the
+call envelope and reply slot, and the tables' default heir.
+
+Applications use ``otpmem.actors``; what is here may change with the runtime.
+"""
+
+from ._names import lookup
+from ._process import Process
+from ._scheduler import IDLE, QUEUED, RUNNING
+from ._signals import CallEnvelope
+from ._tables import ChildTables, become_default_heir
+from ._waits import OneShot
+
+__all__ = [
+    "IDLE",
+    "QUEUED",
+    "RUNNING",
+    "CallEnvelope",
+    "ChildTables",
+    "OneShot",
+    "Process",
+    "become_default_heir",
+    "lookup",
+]
