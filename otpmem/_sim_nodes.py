@@ -14,6 +14,7 @@ killed node, and once every conversation is done merges the nodes' ledgers
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -23,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._sim_files import Ledger, RunParams, RunRefused, check_run_directory, ledger_paths
+from ._sim_files import (
+    Ledger,
+    RunMismatch,
+    RunParams,
+    RunRefused,
+    check_run_directory,
+    ledger_paths,
+)
 from ._sim_model import ModelFailed
 from ._sim_node import EXIT_MODEL_FAILED
 from ._sim_node_config import NodeConfig, summary_path
@@ -105,6 +113,25 @@ class ClusterSimulation(Simulation):
             store=store,
             nodes=self.nodes,
         )
+
+    def _check_params(self) -> None:
+        # A DSN whose password libpq supplies (PGPASSWORD, ~/.pgpass) names the same server
+        # as run.json's, which keeps it with the password starred out.
+        from .stores.postgres import unredacted
+
+        stored = RunParams.load(self.data_dir)
+        if stored is None:
+            return
+
+        def plain(params: RunParams) -> RunParams:
+            store = dict(params.store)
+            if store.get("dsn"):
+                store["dsn"] = unredacted(store["dsn"])
+            return dataclasses.replace(params, store=store)
+
+        differences = plain(stored).differences(plain(self.params))
+        if differences:
+            raise RunMismatch(differences)
 
     @property
     def ns(self) -> str:

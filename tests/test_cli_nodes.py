@@ -179,11 +179,14 @@ def test_resume_of_a_run_whose_dsn_had_a_password_asks_for_it_again(tmp_path: Pa
     (data / "run.json").write_text(json.dumps(params))
     (data / "ledger-n0-abc.jsonl").write_text("")
 
+    # Nowhere for libpq to take a password from: no PGPASSWORD, no password file.
+    no_password = {"PGPASSWORD": "", "PGPASSFILE": str(tmp_path / "no-such-pgpass")}
     fails_with(
-        otpmem("simulate", "--data", data, "--resume"),
+        otpmem("simulate", "--data", data, "--resume", env=no_password),
         2,
         "run.json keeps its DSN without the password",
         "pass --store postgres=DSN again",
+        "or set PGPASSWORD",
     )
 
 

@@ -122,6 +122,23 @@ def test_a_run_on_a_server_with_a_password_is_read_with_the_password_libpq_finds
     assert set(listed(listing.stdout)) == {"sim-0", "sim-1", "sim-2"}
 
 
+def test_a_run_on_a_server_with_a_password_resumes_with_the_password_libpq_finds(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    parts = urlsplit(postgres_dsn)
+    with_password = postgres_dsn.replace(f"//{parts.username}:@", f"//{parts.username}:s3cret@")
+    run = tmp_path / "run"
+    simulated(run, f"postgres={with_password}")
+    kept = (run / "run.json").read_text()
+
+    resumed = otpmem("simulate", "--data", run, "--resume", "--json", env={"PGPASSWORD": "s3cret"})
+
+    assert resumed.returncode == 0, str(resumed)
+    report = json.loads(resumed.stdout)
+    assert report["resumed_from"] == 6 and report["lost"] == 0
+    assert (run / "run.json").read_text() == kept  # still without the password
+
+
 def test_a_postgres_run_whose_schema_is_gone_is_refused_and_not_created(
     tmp_path: Path, postgres_dsn: str
 ) -> None:

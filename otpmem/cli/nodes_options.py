@@ -5,7 +5,9 @@ that turn a combination that cannot work into one line and exit status 2."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -96,11 +98,24 @@ def resumed_store(given: str | None, kept: str) -> str:
     if given is not None:
         return given
     if "***" in kept:
+        if libpq_has_password():
+            from ..stores.postgres import unredacted
+
+            return unredacted(kept)  # as the store commands read it
         raise CommandError(
             f"this run's store is {kept}; run.json keeps its DSN without the password: "
-            "pass --store postgres=DSN again, with the password"
+            "pass --store postgres=DSN again, with the password, or set PGPASSWORD (or "
+            "PGPASSFILE, ~/.pgpass)"
         )
     return kept
+
+
+def libpq_has_password() -> bool:
+    """Whether libpq has somewhere to take a password from: PGPASSWORD or a password file."""
+    if os.environ.get("PGPASSWORD"):
+        return True
+    passfile = os.environ.get("PGPASSFILE") or str(Path.home() / ".pgpass")
+    return Path(passfile).is_file()
 
 
 def check(store: str, nodes: int, cluster: str) -> None:
