@@ -40,7 +40,8 @@ from typing import Any
 import msgpack
 import plyvel
 from _common import race, ratio_summary, verdict
-from bench_stores import BENCH_DIR, SMALL, write_conversation
+from bench_bigdb import write_conversation
+from bench_stores import BENCH_DIR, SMALL
 from bench_stores import message as store_message
 
 from otpmem.memory import (

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 MODULES: list[str] = [
     "runtime",
     "stores",
+    "bigdb",
     "durable",
     "restart",
     "memory",
