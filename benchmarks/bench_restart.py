@@ -23,7 +23,8 @@ from pathlib import Path
 
 import plyvel
 from _common import percentile, verdict
-from bench_stores import BENCH_DIR, build_big_db, message
+from bench_bigdb import build_big_db
+from bench_stores import BENCH_DIR, message
 
 from otpmem.actors import NoProcess, faults
 from otpmem.messages import Conv
