@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..actors import ReplyTo, reply, reply_error
+from ..actors.runtime import OneShot
 from ._base import StoreError
 
 logger = logging.getLogger("otpmem.stores")
@@ -28,45 +29,19 @@ MISSING = object()
 """What ``Committer.staged`` returns for a key no queued write touches."""
 
 
-class Durable:
-    """What a thread that is not a process waits on until its write is on disk (a call's
-    reply slot, without the call)."""
-
-    __slots__ = ("_done", "error", "value")
-
-    def __init__(self) -> None:
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self._done = threading.Lock()
-        self._done.acquire()  # released once: written, or failed
-
-    def set(self, value: Any) -> None:
-        """The write is on disk."""
-        self.value = value
-        self._done.release()
-
-    def fail(self, error: BaseException) -> None:
-        """The write failed: nothing of it is on disk."""
-        self.error = error
-        self._done.release()
-
-    def wait(self, timeout: float | None) -> bool:
-        """Whether it was answered within ``timeout`` s (then ``value`` or ``error``)."""
-        return self._done.acquire(timeout=-1 if timeout is None else timeout)
-
-
-Answer = ReplyTo | Durable
+# A process's call waits on its ReplyTo; a plain thread's add on a slot of its own.
+Answer = ReplyTo | OneShot
 
 
 def _answer(to: Answer | None, value: Any) -> None:
-    if type(to) is Durable:
+    if type(to) is OneShot:
         to.set(value)
     elif to is not None:
         reply(to, value)  # type: ignore[arg-type]
 
 
 def _refuse(to: Answer | None, error: BaseException) -> None:
-    if type(to) is Durable:
+    if type(to) is OneShot:
         to.fail(error)
     elif to is not None:
         reply_error(to, error)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ import msgpack
 
 from ..actors import NO_REPLY, CallTimeout, GenServer, blocking, on_exit
 from ..actors.faults import FaultPlan
+from ..actors.runtime import OneShot
 from ..messages import (
     Conv,
     FrozenDict,
@@ -49,7 +50,7 @@ from ._base import (
     raise_write_crash,
 )
 from ._client import CheckedAdd, parse_request
-from ._committer import MISSING, Committer, Durable, Op
+from ._committer import MISSING, Committer, Op
 from ._leveldb_handle import READY_TIMEOUT, LevelDBStoreHandle
 from ._leveldb_open import (
     ReadGate,
@@ -201,7 +202,7 @@ class LevelDBStore(GenServer):
         its ops built under the write lock, then a wait for its group to be on disk.
         False if writes are paused (a clear, a stop): the caller then calls, and its add
         queues behind what paused them."""
-        durable = Durable()
+        durable = OneShot()  # a call's reply slot, without the call
         with self.write_lock:
             if not self.writes_here:
                 return False
