@@ -39,8 +39,7 @@ from ._sim_placement import Placement, placement
 from ._sim_timeline import Timeline
 from .llm import ModelError
 from .simulate import Simulation, SimulationReport, _conv_id
-from .stores import StoreUnavailable
-from .stores.postgres import embedded_server
+from .stores.postgres import connected, embedded_server
 
 POLL = 0.1
 EMBEDDED_NAMESPACE = "otpmem_sim"
@@ -145,7 +144,7 @@ class ClusterSimulation(Simulation):
         started, wall0 = time.monotonic(), time.time()
         self.timeline = Timeline()
         if self.dsn is not None:  # an unreachable server: refused before anything is made
-            with self._connect(self.dsn):
+            with connected(self.dsn):
                 pass
         where = placement(self.cluster)  # likewise a Ray that cannot be reached
         try:
@@ -162,7 +161,7 @@ class ClusterSimulation(Simulation):
             store = PostgresStore.start_link(dsn, namespace=self.ns)  # makes the schema
             leases = Leases(dsn, self.ns, owner="coordinator", ttl=self.lease_ttl)
             try:
-                with self._connect(dsn) as conn:
+                with connected(dsn) as conn:
                     ensure_leases(conn, self.ns)
                 previous, _ = merge_ledgers(ledger_paths(self.data_dir))
                 if self.resume:
@@ -198,26 +197,9 @@ class ClusterSimulation(Simulation):
             yield dsn
 
     @contextmanager
-    def _connect(self, dsn: str) -> Iterator[Any]:
-        import psycopg
-
-        from .stores.postgres import redact
-
-        try:
-            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(
-                f"cannot reach PostgreSQL at {redact(dsn)}: {exc}; is the server running?"
-            ) from None
-        try:
-            yield conn
-        finally:
-            conn.close()
-
-    @contextmanager
     def _run_lock(self, dsn: str) -> Iterator[None]:
         """The run's advisory lock, held on a connection of its own for the whole run."""
-        with self._connect(dsn) as conn:
+        with connected(dsn) as conn:
             row = conn.execute(
                 "SELECT pg_try_advisory_lock(hashtext(%s))", (f"otpmem.sim.{self.ns}",)
             ).fetchone()

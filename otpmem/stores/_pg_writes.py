@@ -19,12 +19,13 @@ from psycopg import sql
 
 from ..messages import Conv, FrozenDict, is_pinned, is_summary
 from ._base import KEYS_KEPT, ConversationCleared
+from ._client import CheckedAdd
 from ._pg_leases import Fence
 from ._pg_schema import FENCES_LOST, user_key
 from .longterm import Fact, Profile, Usage, fact_as_list, fact_from_list, plan_facts, usage_of
 
-Add = tuple[Conv, Sequence[FrozenDict], str | None, str | None]
-"""One add: the conversation, the batch, its idempotency key and the key it follows."""
+Add = CheckedAdd
+"""One add as every store takes it: the conversation, the batch, its key, the key it follows."""
 
 _SQL = {
     # The bodies go as binary bytea (%b): no hex text to encode here and decode there.

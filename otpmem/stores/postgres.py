@@ -80,16 +80,29 @@ def _psycopg() -> Any:
     return psycopg, psycopg_pool
 
 
-def schema_exists(dsn: str, namespace: str) -> bool:
-    """Whether the server at ``dsn`` holds an otpmem schema ``namespace`` (made by a store)."""
+@contextmanager
+def connected(dsn: str) -> Iterator[Any]:
+    """An autocommit connection to the server at ``dsn`` for the block; ``StoreUnavailable``,
+    naming the server (its password hidden), if it cannot be reached."""
     psycopg, _ = _psycopg()
     try:
-        with psycopg.connect(dsn, connect_timeout=int(CONNECT_TIMEOUT)) as conn:
-            row = conn.execute(
-                "SELECT to_regclass(%s) IS NOT NULL", (f"{namespace}.schema_version",)
-            ).fetchone()
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT))
     except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"cannot reach PostgreSQL at {redact(dsn)}: {exc}") from None
+        raise StoreUnavailable(
+            f"cannot reach PostgreSQL at {redact(dsn)}: {exc}; is the server running?"
+        ) from None
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def schema_exists(dsn: str, namespace: str) -> bool:
+    """Whether the server at ``dsn`` holds an otpmem schema ``namespace`` (made by a store)."""
+    with connected(dsn) as conn:
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f"{namespace}.schema_version",)
+        ).fetchone()
     return bool(row and row[0])
 
 
@@ -309,6 +322,7 @@ __all__ = [
     "Leases",
     "PostgresStore",
     "PostgresStoreHandle",
+    "connected",
     "embedded_dsn",
     "embedded_server",
     "ensure_leases",
