@@ -11,15 +11,35 @@ import ctypes
 import ctypes.util
 import gc
 import math
+import os
+import shutil
 import statistics
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pykka
 
 from otpmem.actors import runtime_thread
+
+BENCH_DIR = Path(os.environ.get("OTPMEM_BENCH_DIR") or Path(__file__).resolve().parent)
+"""Where benchmarks put their databases: ``$OTPMEM_BENCH_DIR``, else this directory, on the
+project's disk (not /tmp, which may be tmpfs and would make fsync free)."""
+
+
+@contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A new directory under ``BENCH_DIR`` for the block, removed after it."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=BENCH_DIR))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
 
 _LIBC_PATH = ctypes.util.find_library("c")
 _LIBC = ctypes.CDLL(_LIBC_PATH) if _LIBC_PATH else None

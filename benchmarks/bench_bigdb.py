@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,8 +29,8 @@ from typing import Any, NamedTuple, cast
 
 import msgpack
 import plyvel
-from _common import race, ratio_summary, rotated, verdict
-from bench_stores import BENCH_DIR, LAST, SMALL, messages
+from _common import race, ratio_summary, rotated, scratch, verdict
+from bench_stores import LAST, SMALL, messages
 
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore
@@ -232,9 +230,6 @@ def bench_reopen(big: BigDB) -> list[str]:
 
 def main(quick: bool) -> list[str]:
     """Build the big database, then read from it and reopen it."""
-    root = Path(tempfile.mkdtemp(prefix="bench-bigdb-", dir=BENCH_DIR))
-    try:
+    with scratch("bench-bigdb-") as root:
         big = build_big_db(root / "big", 100_000 if quick else 1_000_000)
         return [*bench_flat_get(quick, big), *bench_reopen(big)]
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

@@ -26,10 +26,9 @@ from typing import Any
 
 import msgpack
 import plyvel
-from _common import race, ratio_summary, verdict
+from _common import BENCH_DIR, race, ratio_summary, verdict
 from bench_bigdb import write_conversation
 from bench_memory import CYCLE, messages
-from bench_stores import BENCH_DIR
 
 from otpmem.memory import DefaultProvider, PipelineProvider
 from otpmem.messages import Conv

@@ -8,17 +8,15 @@ Paired per repeat, who goes first alternating. The directories live where
 from __future__ import annotations
 
 import itertools
-import shutil
 import statistics
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import plyvel
-from _common import drive, ratio_summary, verdict
-from bench_stores import BENCH_DIR, messages, writers_round
+from _common import drive, ratio_summary, scratch, verdict
+from bench_stores import messages, writers_round
 
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore
@@ -108,8 +106,5 @@ def bench_durable_vs_raw(quick: bool, root: Path) -> list[str]:
 
 def main(quick: bool) -> list[str]:
     """Run the durable-vs-raw benchmark in a scratch directory."""
-    root = Path(tempfile.mkdtemp(prefix="bench-durable-", dir=BENCH_DIR))
-    try:
+    with scratch("bench-durable-") as root:
         return bench_durable_vs_raw(quick, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

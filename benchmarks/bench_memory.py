@@ -29,9 +29,7 @@ is removed at the end.
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,9 +37,9 @@ from typing import Any
 
 import msgpack
 import plyvel
-from _common import race, ratio_summary, verdict
+from _common import race, ratio_summary, scratch, verdict
 from bench_bigdb import write_conversation
-from bench_stores import BENCH_DIR, SMALL
+from bench_stores import SMALL
 from bench_stores import message as store_message
 
 from otpmem.memory import (
@@ -345,10 +343,7 @@ def bench_summarize(quick: bool) -> list[str]:
 
 def main(quick: bool) -> list[str]:
     """Run every memory policy benchmark and return its result lines."""
-    root = Path(tempfile.mkdtemp(prefix="bench-memory-", dir=BENCH_DIR))
-    try:
+    with scratch("bench-memory-") as root:
         lines = bench_provider(quick, root)
         lines += [*bench_truncation(quick), *bench_counting(quick), *bench_summarize(quick)]
         return lines
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

@@ -17,14 +17,13 @@ synced put on the same directory: the engine's own floor under any restart.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import plyvel
-from _common import percentile, verdict
+from _common import percentile, scratch, verdict
 from bench_bigdb import build_big_db
-from bench_stores import BENCH_DIR, message
+from bench_stores import message
 
 from otpmem.actors import NoProcess, faults
 from otpmem.messages import Conv
@@ -117,8 +116,5 @@ def bench_restart(quick: bool, root: Path) -> list[str]:
 
 def main(quick: bool) -> list[str]:
     """Run the restart benchmark in a scratch directory."""
-    root = Path(tempfile.mkdtemp(prefix="bench-restart-", dir=BENCH_DIR))
-    try:
+    with scratch("bench-restart-") as root:
         return bench_restart(quick, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

@@ -28,11 +28,8 @@ the end.
 from __future__ import annotations
 
 import itertools
-import os
 import random
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +46,7 @@ from _common import (
     ratio_summary,
     rotated,
     safe_ratio,
+    scratch,
     verdict,
 )
 
@@ -66,7 +64,6 @@ GET_VS_SLICE_GOAL = 0.5
 GROUP_COMMIT_GOAL = 5.0
 """LevelDBStore sync adds from 16 writers over naive single-thread sync puts, at least."""
 
-BENCH_DIR = Path(os.environ.get("OTPMEM_BENCH_DIR") or Path(__file__).resolve().parent)
 
 VOCABULARY = (
     "the a memory store actor supervisor restart message conversation user assistant tool "
@@ -417,12 +414,9 @@ def bench_memory_rss(quick: bool) -> list[str]:
 
 def main(quick: bool) -> list[str]:
     """Run every store benchmark and return its result lines."""
-    root = Path(tempfile.mkdtemp(prefix="bench-stores-", dir=BENCH_DIR))
-    try:
+    with scratch("bench-stores-") as root:
         lines = [*bench_memory_add(quick), *bench_memory_add_in_process(quick)]
         lines += bench_memory_get(quick)
         lines += bench_group_commit(quick, root)
         lines += bench_memory_rss(quick)
         return lines
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

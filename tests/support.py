@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from otpmem.actors import GenServer, Handle, Stop, Table, new_table
+from otpmem.actors import GenServer, Handle, NoProcess, Stop, Table, faults, new_table
 from otpmem.supervisors import ChildSpec, Supervisor, SupervisorEvent, SupervisorHandle
 
 WAIT = 5.0
@@ -320,3 +320,15 @@ def adds_across_a_kill(
     assert pair is not None
     pair.sync()
     return acked, refused
+
+
+def kill_or_crash(server: Handle, n: int) -> None:
+    """The n-th fault of a storm: a kill when n is odd, a crash (RuntimeError) when even;
+    nothing if the server is between incarnations."""
+    try:
+        if n % 2:
+            faults.kill(server)
+        else:
+            faults.crash(server, RuntimeError(f"crash {n}"))
+    except NoProcess:
+        pass

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from otpmem.actors import NoProcess, ServerExited, faults
+from otpmem.actors import NoProcess, ServerExited
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, StoreUnavailable
 from otpmem.supervisors import Supervisor
-from tests.support import adds_across_a_kill
+from tests.support import adds_across_a_kill, kill_or_crash
 
 WAIT = 30.0
 RETRYABLE = (NoProcess, ServerExited, StoreUnavailable)
@@ -87,13 +87,7 @@ def test_kills_and_crashes_under_writers_and_readers_lose_nothing_and_the_store_
             before = sum(acked.values())
             while sum(acked.values()) < before + 20 and not stop.wait(0.001):
                 pass  # let some adds land between faults
-            try:
-                if n % 2:
-                    faults.kill(store)
-                else:
-                    faults.crash(store, RuntimeError(f"crash {n}"))
-            except NoProcess:
-                pass
+            kill_or_crash(store, n)
             pair.sync()
     finally:
         stop.set()

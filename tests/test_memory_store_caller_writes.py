@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from otpmem.actors import GenServer, NoProcess, ServerExited, faults
+from otpmem.actors import GenServer, NoProcess, ServerExited
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore
 from otpmem.supervisors import Supervisor
-from tests.support import adds_across_a_kill, run_threads
+from tests.support import adds_across_a_kill, kill_or_crash, run_threads
 
 WAIT = 30.0
 
@@ -157,13 +157,7 @@ def test_under_a_plain_childspec_kills_and_crashes_lose_and_repeat_no_keyed_add(
         for thread in threads:
             thread.start()
         for k in range(20):
-            try:
-                if k % 2:
-                    faults.kill(store)
-                else:
-                    faults.crash(store, RuntimeError(f"crash {k}"))
-            except NoProcess:
-                pass
+            kill_or_crash(store, k)
     finally:
         stop.set()
         for thread in threads:
