@@ -97,9 +97,23 @@ class RunParams:
             ) from None
 
     def differences(self, other: RunParams) -> list[tuple[str, Any, Any]]:
-        """``(name, self's value, other's value)`` for each parameter that differs."""
+        """``(name, self's value, other's value)`` for each parameter that differs; a DSN's
+        password is not one (starred out in run.json, or left to libpq: the same server)."""
         mine, theirs = asdict(self), asdict(other)
-        return [(k, mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]]
+        return [
+            (k, mine[k], theirs[k])
+            for k in mine
+            if _compared(k, mine[k]) != _compared(k, theirs[k])
+        ]
+
+
+def _compared(name: str, value: Any) -> Any:
+    """A parameter as two runs are compared by: a store's DSN without its password."""
+    if name != "store" or not value.get("dsn"):
+        return value
+    from .stores.postgres import unredacted
+
+    return {**value, "dsn": unredacted(value["dsn"])}
 
 
 class Ledger:

@@ -14,7 +14,6 @@ killed node, and once every conversation is done merges the nodes' ledgers
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
@@ -26,7 +25,6 @@ from typing import Any
 
 from ._sim_files import (
     Ledger,
-    RunMismatch,
     RunParams,
     RunRefused,
     check_run_directory,
@@ -112,25 +110,6 @@ class ClusterSimulation(Simulation):
             store=store,
             nodes=self.nodes,
         )
-
-    def _check_params(self) -> None:
-        # A DSN whose password libpq supplies (PGPASSWORD, ~/.pgpass) names the same server
-        # as run.json's, which keeps it with the password starred out.
-        from .stores.postgres import unredacted
-
-        stored = RunParams.load(self.data_dir)
-        if stored is None:
-            return
-
-        def plain(params: RunParams) -> RunParams:
-            store = dict(params.store)
-            if store.get("dsn"):
-                store["dsn"] = unredacted(store["dsn"])
-            return dataclasses.replace(params, store=store)
-
-        differences = plain(stored).differences(plain(self.params))
-        if differences:
-            raise RunMismatch(differences)
 
     @property
     def ns(self) -> str:
