@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,7 +165,8 @@ class Agent(GenServer):
         self.turns = 0
         # Turn ids of our own making: this incarnation's random prefix and a count, unique
         # as uuid4s are (a restarted agent draws a new prefix) at a fraction of the cost.
-        self.turn_ids = map(f"{uuid.uuid4().hex}.{{}}".format, itertools.count())
+        # Drawn at the first turn: an idle agent (a million of them) holds none of it.
+        self.turn_ids: Iterator[str] | None = None
 
     def terminate(self, reason: ExitReason) -> None:
         ltm = self.config.sending.ltm
@@ -209,7 +210,7 @@ class Agent(GenServer):
         if not isinstance(text, str) or not text:
             raise ValueError(f"run needs a non-empty str, got {short_repr(text)}")
         given = check_turn_id(turn_id)
-        turn_id = given or next(self.turn_ids)
+        turn_id = given or self._new_turn_id()
         config = self.config
         meta = {
             "agent_name": config.agent_name,
@@ -236,6 +237,11 @@ class Agent(GenServer):
         if config.sending.ltm is not None:
             config.sending.ltm.notify("turn", config.conv)  # trigger="per_turn"
         return result
+
+    def _new_turn_id(self) -> str:
+        if self.turn_ids is None:
+            self.turn_ids = map(f"{uuid.uuid4().hex}.{{}}".format, itertools.count())
+        return next(self.turn_ids)
 
     def _claim_writer(self) -> Hashable | None:
         provider = self.config.provider
