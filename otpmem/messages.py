@@ -455,6 +455,8 @@ def is_pinned(message: Mapping[str, Any]) -> bool:
     metadata = message.get("metadata")
     if metadata is None or role == "tool" or message.get("tool_calls"):
         return False
+    if isinstance(metadata, dict):  # stored and frozen metadata: no ABC check, called per turn
+        return metadata.get("pinned") is True
     return isinstance(metadata, Mapping) and metadata.get("pinned") is True
 
 

@@ -3,6 +3,8 @@ DefaultProvider (validation, tail reads, explain)."""
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -210,6 +212,10 @@ def test_is_pinned_covers_system_and_metadata_pinned_but_never_tool_traffic() ->
     assert not is_pinned(user("x"))
     assert not is_pinned({**result("c1"), "metadata": {"pinned": True}})
     assert not is_pinned({**calls("c1"), "metadata": {"pinned": True}})
+    # Metadata that is a Mapping but not a dict counts the same.
+    proxy = types.MappingProxyType({"pinned": True})
+    assert is_pinned({"role": "user", "content": "x", "metadata": proxy})
+    assert not is_pinned({"role": "user", "content": "x", "metadata": ["pinned"]})
 
 
 # --- DefaultProvider --------------------------------------------------------------------
@@ -274,6 +280,27 @@ def test_windowed_history_holds_the_newest_window_non_system_messages(
     assert [m for m in history if m["role"] != "system"] == [user("U1"), user("U2")]
     assert provider.prepare(CONV, history) == safe_window(messages, 2)
     assert all(last is not None for last in spy.gets), spy.gets
+
+
+class UncountingStore(SpyStore):
+    """A store whose windows leave ``tail_pinned`` uncounted, as a third-party one may."""
+
+    def window(self, conv: Any, last: int) -> StoredWindow:
+        stored = super().window(conv, last)
+        return dataclasses.replace(stored, tail_pinned=None)
+
+
+def test_windowed_history_counts_the_tail_itself_when_the_store_does_not(
+    store: MemoryStoreHandle,
+) -> None:
+    summary = {"role": "system", "content": "S", "metadata": {"summary": {"covers": [0, 1]}}}
+    messages = [user("U0"), user("U1"), system("S1"), summary, summary, user("U2"), user("U3")]
+    store.add(CONV, messages)
+    for window in (1, 2, 3):
+        counted = DefaultProvider(store, window=window).history(CONV)
+        uncounted = DefaultProvider(UncountingStore(store), window=window).history(CONV)
+        assert uncounted == counted
+        assert len([m for m in counted if not is_pinned(m)]) == window
 
 
 def test_history_without_a_window_is_everything(store: MemoryStoreHandle) -> None:

@@ -99,7 +99,10 @@ class DefaultProvider:
             stored = self.store.window(conv, want)
             if stored.start == 0:
                 return stored.tail  # the whole conversation
-            others = sum(1 for m in stored.tail if not is_pinned(m))
+            pinned = stored.tail_pinned
+            if pinned is None:  # a store that does not count them
+                pinned = sum(1 for m in stored.tail if is_pinned(m))
+            others = len(stored.tail) - pinned
             if others < self.window:
                 # Pinned messages in the tail took places of others: read further back.
                 want += self.window - others

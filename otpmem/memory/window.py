@@ -52,11 +52,18 @@ def safe_window(messages: Sequence[Message], n: int) -> list[Any]:
     kept: it supersedes the others, as in the stores' pinned index."""
     if type(n) is not int or n < 0:
         raise ValueError(f"window size must be an int >= 0, got {n!r}")
-    pinned = [m for m in messages if is_pinned(m)]
-    body = [m for m in messages if not is_pinned(m)]
-    summaries = [m for m in pinned if is_summary(m)]
-    if len(summaries) > 1:
-        pinned = [m for m in pinned if not is_summary(m) or m is summaries[-1]]
+    pinned: list[Any] = []
+    body: list[Any] = []
+    summaries = 0
+    for message in messages:  # one pass: a windowed provider runs this every turn
+        if is_pinned(message):
+            pinned.append(message)
+            summaries += is_summary(message)
+        else:
+            body.append(message)
+    if summaries > 1:
+        newest = next(m for m in reversed(pinned) if is_summary(m))
+        pinned = [m for m in pinned if m is newest or not is_summary(m)]
     return pinned + drop_orphans(body[len(body) - n :] if len(body) > n else body)
 
 

@@ -70,7 +70,8 @@ class StoredWindow:
     pinned``, the newest summary) before ``start``; ``tail`` the messages from ``start`` on;
     ``total`` the conversation's length; ``pinned_before`` how many pinned messages come
     before ``start``, superseded summaries included (so ``start - pinned_before`` unpinned
-    ones do). What a windowed turn needs, whatever the length.
+    ones do); ``tail_pinned`` how many of ``tail`` are pinned (None: not counted). What a
+    windowed turn needs, whatever the length.
     """
 
     pinned: list[tuple[int, dict[str, Any]]]
@@ -78,6 +79,7 @@ class StoredWindow:
     start: int
     total: int
     pinned_before: int = 0
+    tail_pinned: int | None = None
 
     def messages(self) -> list[dict[str, Any]]:
         """The pinned messages, oldest first, then the tail."""

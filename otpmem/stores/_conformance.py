@@ -64,6 +64,7 @@ class PinnedIndexConformance:
         assert stored.tail == [_user("m9"), _summary("S", 5), _user("last")]
         assert stored.pinned == [(0, _system("rules"))]
         assert (stored.start, stored.total, stored.pinned_before) == (10, 13, 1)
+        assert stored.tail_pinned in (1, None), "the summary is the tail's one pinned message"
         assert stored.messages() == [_system("rules"), *stored.tail]
 
     def test_window_counts_superseded_summaries_as_pinned(self, store: Any) -> None:
@@ -73,6 +74,12 @@ class PinnedIndexConformance:
         assert stored.pinned == [(3, _summary("S2", 2))]
         # Two summaries precede the tail: 4 - 2 unpinned messages come before it.
         assert (stored.start, stored.pinned_before) == (4, 2)
+        store.add("w", [_summary("S3", 6), _summary("S4", 7), _user("e")])
+        stored = store.window("w", 3)
+        # A superseded summary in the tail is pinned too: a provider counting the tail's
+        # unpinned messages must not take it for one.
+        assert stored.tail == [_summary("S3", 6), _summary("S4", 7), _user("e")]
+        assert stored.tail_pinned in (2, None)
 
     def test_window_of_a_short_or_unknown_conversation(self, store: Any) -> None:
         store.add("short", [_system("rules"), _user("a")])

@@ -92,8 +92,9 @@ class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
             ]
         tail = [_unpack(v) for v in reversed(newest)]
         pinned_count = int(meta[4]) if len(meta) > 4 else len(before)
-        pinned_before = pinned_count - sum(1 for m in tail if is_pinned(m))
-        return StoredWindow(before, tail, start, total, pinned_before)
+        tail_pinned = sum(1 for m in tail if is_pinned(m))
+        pinned_before = pinned_count - tail_pinned
+        return StoredWindow(before, tail, start, total, pinned_before, tail_pinned)
 
     def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
         """Where the batch stored with ``idempotency_key`` begins, or None."""

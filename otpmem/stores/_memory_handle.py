@@ -186,8 +186,9 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         start = max(0, n - last)
         tail = messages[start:n]
         before = [(p, messages[p]) for p in pins if p < start]
-        pinned_before = pinned_count - sum(1 for m in tail if is_pinned(m))
-        return StoredWindow(before, tail, start, n, pinned_before)
+        tail_pinned = sum(1 for m in tail if is_pinned(m))
+        pinned_before = pinned_count - tail_pinned
+        return StoredWindow(before, tail, start, n, pinned_before, tail_pinned)
 
     def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
         """Where the batch stored with ``idempotency_key`` begins, or None."""

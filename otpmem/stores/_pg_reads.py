@@ -146,8 +146,9 @@ class PostgresReads:
         pinned_count = next((int(s) for kind, s, _ in rows if kind == "n"), 0)
         messages = [m for _, m in tail]
         start = total - len(messages)
-        pinned_before = pinned_count - sum(1 for m in messages if is_pinned(m))
-        return StoredWindow(before, messages, start, total, pinned_before)
+        tail_pinned = sum(1 for m in messages if is_pinned(m))
+        pinned_before = pinned_count - tail_pinned
+        return StoredWindow(before, messages, start, total, pinned_before, tail_pinned)
 
     def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
         """Where the batch stored with ``idempotency_key`` begins, or None."""
