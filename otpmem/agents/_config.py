@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..actors import Event, current
 from ..llm import ChatResponse
@@ -18,6 +18,7 @@ from ..memory import DefaultProvider, MemoryProvider
 from ..memory.recall.default import default_index
 from ..memory.recall.hybrid import HybridProvider
 from ..messages import Conv
+from ..protocols import conforms
 from ..stores import ChatMemory, default_store
 
 logger = logging.getLogger("otpmem.agents")
@@ -48,12 +49,12 @@ def resolve_memory(memory: Any) -> MemoryProvider | None:
             return DefaultProvider(default_store(), window)
         if set(memory) == {"store"}:
             store = memory["store"]
-            if not isinstance(store, ChatMemory):
+            if not conforms(store, ChatMemory):
                 raise TypeError(f'memory={{"store": ...}} needs a ChatMemory store, got {store!r}')
             return DefaultProvider(store)
         raise ValueError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
-    if isinstance(memory, MemoryProvider):
-        return memory
+    if conforms(memory, MemoryProvider):
+        return cast(MemoryProvider, memory)
     raise TypeError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
 
 

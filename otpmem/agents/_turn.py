@@ -10,8 +10,10 @@ conversation was cleared under it cannot bring the conversation back.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..memory import CANCELLED, MemoryProvider
@@ -38,8 +40,21 @@ def takes_keys(provider: MemoryProvider | None) -> bool:
     """Whether ``provider.append`` takes ``idempotency_key`` and ``follows`` (ours do)."""
     if provider is None:
         return False
+    append = provider.append
+    if type(append) is types.MethodType:
+        # Asked once per agent start: a signature costs more than the rest of the start.
+        return _function_takes_keys(append.__func__)
+    return _signature_takes_keys(append)
+
+
+@functools.lru_cache(maxsize=256)
+def _function_takes_keys(function: Callable[..., Any]) -> bool:
+    return _signature_takes_keys(function)
+
+
+def _signature_takes_keys(append: Callable[..., Any]) -> bool:
     try:
-        parameters = inspect.signature(provider.append).parameters
+        parameters = inspect.signature(append).parameters
     except (TypeError, ValueError):
         return False
     return "idempotency_key" in parameters and "follows" in parameters

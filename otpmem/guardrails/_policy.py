@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from ..messages import Conv, ConvLike, as_conv, short_repr
+from ..protocols import conforms
 from ..stores import Usage
 
 
@@ -105,16 +106,18 @@ class _Reads:
 
 def check_policies(policies: Iterable[object]) -> tuple[Policy, ...]:
     """The policies as a tuple, each checked to be a ``Policy`` (at construction)."""
-    if isinstance(policies, Policy | str | bytes):
+    if isinstance(policies, str | bytes) or (
+        type(policies) not in (list, tuple) and conforms(policies, Policy)
+    ):
         raise TypeError("guardrails take a list of policies, e.g. guardrails=[TokenBudget(1000)]")
     checked: list[Policy] = []
     for policy in policies:
-        if not isinstance(policy, Policy):
+        if not conforms(policy, Policy):
             raise TypeError(
                 f"{short_repr(policy)} is not a guardrail policy (it needs "
                 "check(request, store) -> Request)"
             )
-        checked.append(policy)
+        checked.append(cast(Policy, policy))
     return tuple(checked)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from ..actors import blocking
 from ..llm import ChatModel, ChatResponse, Pricing
 from ..memory import valid_context
+from ..protocols import conforms
 from .filters import (
     ChatRequest,
     Context,
@@ -66,7 +67,7 @@ class Kernel:
         *,
         pricing: Pricing | None = None,
     ) -> None:
-        if not isinstance(llm, ChatModel):
+        if not conforms(llm, ChatModel):
             raise TypeError(f"llm must be a ChatModel (with chat(messages, tools)), got {llm!r}")
         if type(max_tool_iterations) is not int or max_tool_iterations < 1:
             raise ValueError(

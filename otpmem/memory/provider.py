@@ -8,9 +8,10 @@ list about to be sent into what is sent, ``clear`` forgets.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from ..messages import Conv, ConvLike, as_conv, is_pinned
+from ..protocols import conforms
 from ..stores import ChatMemory
 from .longterm import LongTermMemory
 from .pipeline import Pipeline, PrepareReport, report
@@ -58,8 +59,8 @@ until every strategy sees enough."""
 
 def check_store(store: object) -> ChatMemory:
     """``store`` if it implements ``ChatMemory``; else a TypeError naming what it lacks."""
-    if isinstance(store, ChatMemory):
-        return store
+    if conforms(store, ChatMemory):
+        return cast(ChatMemory, store)
     needed = ("add", "get", "clear", "conversations", "count", "forget_user", "pinned")
     missing = [name for name in (*needed, "window", "key_position") if not hasattr(store, name)]
     raise TypeError(
