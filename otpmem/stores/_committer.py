@@ -5,6 +5,12 @@ committer thread and moves on to the next message. The committer takes everythin
 writes it as one LevelDB WriteBatch with one fsync, then answers every caller of that group:
 an ``add`` is acknowledged only once it is on disk.
 
+A plain thread's write (``submit_here``) that finds no group being written, and the last
+group a lone write, leads one itself, as in LevelDB's writer queue: it writes what is
+queued, its own write last, on its own thread, so a lone writer pays no hand-off to the
+committer thread and back. One group is written at a time, whoever writes it, so writes
+still land in the order submitted.
+
 The server reads some keys it wrote before they are on disk (an idempotency key, to refuse
 a batch sent twice in quick succession): ``staged`` answers from the writes still queued,
 and a key leaves that view only after its group is written, so a reader that misses it
@@ -65,6 +71,8 @@ class Committer:
         self._staged: dict[bytes, tuple[int, bytes | None]] = {}
         self._writes = 0
         self._busy = False
+        self._last_group = 0  # how many writes the last group held
+        self._flushing = 0  # threads in flush()
         self._stopping = False
         self._failed: BaseException | None = None
         self.groups = 0
@@ -84,17 +92,50 @@ class Committer:
         ``staged`` (a subset of ``ops``) is what ``staged()`` shows until it is written.
         """
         with self._cond:
-            if self._failed is not None or self._stopping:
-                error = StoreError(f"the store can no longer write: {self._failed or 'stopping'}")
-                _refuse(to, error)
-                return
-            self._writes += 1
-            token = self._writes
-            if staged:
-                for key, value in staged.items():
-                    self._staged[key] = (token, value)
-            self._queue.append((ops, to, token, list(staged or ()), answer))
-            self._cond.notify()
+            if self._queued(ops, to, staged, answer):
+                self._cond.notify()
+
+    def submit_here(
+        self, ops: list[Op], to: OneShot, staged: dict[bytes, bytes | None] | None = None
+    ) -> list[_Write] | None:
+        """``submit`` for a plain thread that may write: the group it is to write now (its
+        own write last) if none is being written, else None (the committer writes it).
+        The caller writes a group it got with ``write_led``, after releasing its locks."""
+        with self._cond:
+            if not self._queued(ops, to, staged, None):
+                return None
+            # Leading pays off for a lone writer; writers that arrive together are gathered
+            # better by the committer (the groups it last wrote say which we have): a writer
+            # leading at once would write alone while the rest queue for the next fsync.
+            if self._busy or self._last_group > 1:
+                self._cond.notify()
+                return None
+            group, self._queue = self._queue, []
+            self._busy = True
+            return group
+
+    def write_led(self, group: list[_Write]) -> None:
+        """Write a group ``submit_here`` gave this thread, and answer its callers."""
+        self._write(group)
+
+    def _queued(
+        self,
+        ops: list[Op],
+        to: Answer | None,
+        staged: dict[bytes, bytes | None] | None,
+        answer: Any,
+    ) -> bool:
+        if self._failed is not None or self._stopping:
+            error = StoreError(f"the store can no longer write: {self._failed or 'stopping'}")
+            _refuse(to, error)
+            return False
+        self._writes += 1
+        token = self._writes
+        if staged:
+            for key, value in staged.items():
+                self._staged[key] = (token, value)
+        self._queue.append((ops, to, token, list(staged or ()), answer))
+        return True
 
     def staged(self, key: bytes) -> bytes | object | None:
         """The value a queued write gives ``key`` (None: deletes it), or ``MISSING``."""
@@ -104,7 +145,11 @@ class Committer:
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until everything submitted so far is written; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+            self._flushing += 1
+            try:
+                return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+            finally:
+                self._flushing -= 1
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Write what is queued, then end the thread."""
@@ -116,34 +161,50 @@ class Committer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._stopping)
-                if not self._queue:
+                # A group a plain thread leads is written before anything queued behind it.
+                self._cond.wait_for(
+                    lambda: (
+                        self._failed is not None
+                        or (not self._busy and (self._queue or self._stopping))
+                    )
+                )
+                if self._failed is not None or not self._queue:
                     return
                 group, self._queue = self._queue, []
                 self._busy = True
-            try:
-                batch = self._db.write_batch(sync=self._sync)
-                for ops, *_ in group:
-                    for key, value in ops:
-                        if value is None:
-                            batch.delete(key)
-                        else:
-                            batch.put(key, value)
-                batch.write()
-            except BaseException as exc:
-                self._fail(group, exc)
+            if not self._write(group):
                 return
-            self.groups += 1
-            with self._cond:
-                for _, _, token, staged, _ in group:
-                    for key in staged:
-                        found = self._staged.get(key)
-                        if found is not None and found[0] <= token:
-                            del self._staged[key]
-                self._busy = False
+
+    def _write(self, group: list[_Write]) -> bool:
+        """Write one group (this thread holds ``_busy``) and answer it; False if it failed."""
+        try:
+            batch = self._db.write_batch(sync=self._sync)
+            for ops, *_ in group:
+                for key, value in ops:
+                    if value is None:
+                        batch.delete(key)
+                    else:
+                        batch.put(key, value)
+            batch.write()
+        except BaseException as exc:
+            self._fail(group, exc)
+            return False
+        self.groups += 1
+        with self._cond:
+            self._last_group = len(group)
+            for _, _, token, staged, _ in group:
+                for key in staged:
+                    found = self._staged.get(key)
+                    if found is not None and found[0] <= token:
+                        del self._staged[key]
+            self._busy = False
+            # Only a flush, or the committer with writes queued behind this group, waits on
+            # its end: waking the idle committer after every lone write costs a switch.
+            if self._queue or self._flushing or self._stopping:
                 self._cond.notify_all()
-            for _, to, _, _, answer in group:
-                _answer(to, answer)
+        for _, to, _, _, answer in group:
+            _answer(to, answer)
+        return True
 
     def _fail(self, group: list[_Write], exc: BaseException) -> None:
         logger.error("LevelDB write failed; failing %d writes", len(group), exc_info=exc)

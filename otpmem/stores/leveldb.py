@@ -216,7 +216,9 @@ class LevelDBStore(GenServer):
                 raise crash_server(self.handle, self.handle, exc) from exc
             if not ops:
                 return True  # stored already: a retry
-            self.committer.submit(ops, durable, staged)
+            group = self.committer.submit_here(ops, durable, staged)
+        if group is not None:  # no group was being written: this thread writes one now
+            self.committer.write_led(group)
         if not durable.wait(timeout):
             raise CallTimeout(self.handle, timeout, what="add")
         if durable.error is not None:
