@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from otpmem.actors import NoProcess, ServerExited
+from otpmem.actors import GenServer, NoProcess, ServerExited
 from otpmem.messages import Conv
 from otpmem.stores import ConversationCleared, LevelDBStore, StoreUnavailable
 from otpmem.supervisors import Supervisor
@@ -189,3 +189,49 @@ def test_forget_user_forgets_a_conversation_a_thread_began_just_before_it(
         assert store.count(fresh) == 1
     finally:
         store.stop()
+
+
+class ProcessWriter(GenServer):
+    """Adds from inside a process: calls to the store, not writes on a caller's thread."""
+
+    def handle_call(self, message: Any) -> Any:
+        store, conv, tag, n = message
+        for i in range(n):
+            store.add(conv, [msg(f"{tag}:{i}")], idempotency_key=f"{tag}:{i}")
+        return n
+
+
+def test_lone_thread_writers_and_process_writers_on_one_conversation_keep_every_order(
+    tmp_path: Path,
+) -> None:
+    # A thread that finds no group being written writes its own; the server's writes for
+    # processes queue behind it. Whoever writes, each writer's adds land in its order,
+    # once, with no gap, and survive a reopen.
+    path = tmp_path / "db"
+    store = LevelDBStore.start_link(path)
+    conv = Conv("alice", "shared")
+    n = 60
+    writers = [ProcessWriter.start_link() for _ in range(2)]
+    try:
+
+        def work(t: int) -> None:
+            if t < 2:
+                writers[t].call((store, conv, f"p{t}", n), timeout=WAIT)
+            else:
+                for i in range(n):
+                    store.add(conv, [msg(f"t{t}:{i}")], idempotency_key=f"t{t}:{i}")
+
+        assert run_threads(4, work) == []
+    finally:
+        for writer in writers:
+            writer.stop()
+        store.stop()
+    reopened = LevelDBStore.start_link(path)
+    try:
+        texts = [m["content"] for m in reopened.get(conv)]
+        assert reopened.count(conv) == len(texts) == 4 * n
+        for tag in ("p0", "p1", "t2", "t3"):
+            mine = [int(text.split(":")[1]) for text in texts if text.split(":")[0] == tag]
+            assert mine == list(range(n)), tag
+    finally:
+        reopened.stop()
