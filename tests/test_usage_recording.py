@@ -25,6 +25,7 @@ from otpmem.llm import (
 )
 from otpmem.messages import Conv
 from otpmem.stores import Usage, usage_of
+from otpmem.stores.longterm import batch_usage
 from tests.longterm_support import both_stores
 from tests.support import loopback, send_json
 
@@ -196,3 +197,18 @@ def test_normalized_usage_is_what_stores_sum(usage: dict[str, Any]) -> None:
     assert summed.cost == Decimal(normal.get("cost", "0"))
     assert all(type(normal[k]) is int and normal[k] >= 0 for k in normal if k != "cost")
     json.dumps(normal)  # JSON data, as messages are
+
+
+def answer(**usage: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": "ok", "metadata": {"usage": usage}}
+
+
+def test_a_batch_carries_the_sum_of_its_answers_usage_or_none() -> None:
+    user = {"role": "user", "content": "hi", "metadata": {"usage": {"total_tokens": 5}}}
+    assert batch_usage([]) is None
+    assert batch_usage([user]) is None, "only an assistant's usage counts"
+    assert batch_usage([answer(prompt_tokens=0, completion_tokens=0)]) is None
+    both = [answer(prompt_tokens=3, completion_tokens=4, cost="0.5"), user, answer(total_tokens=2)]
+    assert batch_usage(both) == Usage(
+        3, 4, 9, Decimal("0.5")
+    )  # a missing total: prompt + completion

@@ -33,13 +33,13 @@ from .longterm import (
     Fact,
     Profile,
     Usage,
+    batch_usage,
     check_fact_key,
     check_since,
     check_user,
     fact_as_list,
     fact_from_list,
     plan_facts,
-    usage_of,
 )
 
 FACT = b"f"
@@ -76,12 +76,8 @@ def _usage(raw: bytes | None) -> Usage:
 
 def usage_ops(read: Read, conv: Conv, batch: Sequence[Mapping[str, Any]]) -> list[Op]:
     """The usage sums and the log entry an added batch brings (none without usage)."""
-    added = Usage()
-    for message in batch:
-        usage = usage_of(message)
-        if usage is not None:
-            added = added + usage
-    if added == Usage():
+    added = batch_usage(batch)
+    if added is None:
         return []
     conv_key = keys.conv_prefix(CONV_USAGE, conv)
     user_key = keys.user_prefix(USER_USAGE, conv.user_id)

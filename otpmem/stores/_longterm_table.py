@@ -17,11 +17,11 @@ from .longterm import (
     Fact,
     Profile,
     Usage,
+    batch_usage,
     check_fact_key,
     check_since,
     check_user,
     plan_facts,
-    usage_of,
 )
 
 MARK = "\x00otpmem.longterm"
@@ -42,12 +42,8 @@ def usage_puts(
     mapping: Mapping[Any, Any], conv: Conv, batch: Sequence[Mapping[str, Any]]
 ) -> dict[LongTermKey, Any]:
     """The usage sums and log entries an added batch brings, ready for one update."""
-    added = Usage()
-    for message in batch:
-        usage = usage_of(message)
-        if usage is not None:
-            added = added + usage
-    if added == Usage():
+    added = batch_usage(batch)
+    if added is None:
         return {}
     user = conv.user_id
     log: tuple[list[Any], int] | None = mapping.get(key("log", user))

@@ -22,7 +22,15 @@ from ._base import KEYS_KEPT, ConversationCleared
 from ._client import CheckedAdd
 from ._pg_leases import Fence
 from ._pg_schema import FENCES_LOST, user_key
-from .longterm import Fact, Profile, Usage, fact_as_list, fact_from_list, plan_facts, usage_of
+from .longterm import (
+    Fact,
+    Profile,
+    Usage,
+    batch_usage,
+    fact_as_list,
+    fact_from_list,
+    plan_facts,
+)
 
 Add = CheckedAdd
 """One add as every store takes it: the conversation, the batch, its key, the key it follows."""
@@ -233,7 +241,7 @@ def append_arguments(
     the msgpack bodies, which rows are pinned, the usage)."""
     bodies: list[bytes] = []
     pins: list[bool] = []
-    usage = Usage()
+    usage = batch_usage(batch) or Usage()
     summary_at = -1
     for i, message in enumerate(batch):
         bodies.append(msgpack.packb(message, use_bin_type=True))
@@ -243,9 +251,6 @@ def append_arguments(
                 pins[summary_at] = False  # an earlier summary of this very batch
             summary_at = i
         pins.append(pinned)
-        found = usage_of(message)
-        if found is not None:
-            usage = usage + found
     return (
         user_key(conv.user_id),
         conv.conversation_id,

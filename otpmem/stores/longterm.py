@@ -16,7 +16,7 @@ repeats an extraction.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol, runtime_checkable
@@ -86,6 +86,9 @@ class Usage:
     def from_list(cls, raw: Sequence[Any]) -> Usage:
         """The inverse of ``as_list``."""
         return cls(int(raw[0]), int(raw[1]), int(raw[2]), Decimal(raw[3]))
+
+
+_NONE = Usage()
 
 
 @runtime_checkable
@@ -250,6 +253,17 @@ def usage_of(message: Mapping[str, Any]) -> Usage | None:
         if not cost.is_finite() or cost < 0:
             cost = Decimal(0)
     return Usage(prompt, completion, total, cost)
+
+
+def batch_usage(batch: Iterable[Mapping[str, Any]]) -> Usage | None:
+    """The usage a batch's messages carry, summed; None if it carries none worth a record
+    (most batches: every add asks, so those leave at once)."""
+    added: Usage | None = None
+    for message in batch:
+        found = usage_of(message) if message.get("role") == "assistant" else None
+        if found is not None:
+            added = found if added is None else added + found
+    return None if added is None or added == _NONE else added
 
 
 def fact_as_list(fact: Fact) -> list[Any]:
