@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from otpmem.actors import CallTimeout, ServerExited, faults
 from otpmem.agents import Agent, AgentHandle, TurnCleared, TurnFailed
+from otpmem.agents._turn import batch_end
 from otpmem.llm import ChatResponse, ModelError, ScriptedModel, tool_call
-from otpmem.memory import DefaultProvider, valid_context
+from otpmem.memory import CANCELLED, DefaultProvider, valid_context
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStoreHandle, MemoryStore
 
@@ -116,6 +117,58 @@ def test_a_finished_turn_run_again_answers_from_the_store(
     assert again.content == first.content == "The answer is 5."
     assert again.messages == first.messages
     assert roles(store.get(CONV)) == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_finished_turn_run_again_after_later_turns_answers_with_its_own_messages(
+    store: Any, agents: list[AgentHandle]
+) -> None:
+    # An owner frozen before it read its turn back thaws after its successor finished that
+    # turn and stored the ones after it: what it acknowledges is that turn, not the rest of
+    # the conversation (found by the frozen-node test, about once in 30 runs).
+    model = Model()
+    agent = start(store, model, agents)
+    first = agent.run("what is 2+3?", turn_id="t1")
+    second = agent.run("what is 2+3 again?", turn_id="t2")
+    plain = start(store, lambda messages: "noted", agents, tools=())
+    third = plain.run("thanks", turn_id="t3")
+    for turn, text in ((first, "what is 2+3?"), (second, "what is 2+3 again?"), (third, "thanks")):
+        again = agent.run(text, turn_id=turn_id_of(turn, store))
+        assert again.messages == turn.messages
+        assert again.content == turn.content
+    assert len(store.get(CONV)) == 4 + 4 + 2, "a re-run stored something"
+
+
+def turn_id_of(turn: Any, store: Any) -> str:
+    """The id a turn ran under, from the key its first batch was stored with."""
+    user = next(m for m in turn.messages if m["role"] == "user")
+    for candidate in ("t1", "t2", "t3"):
+        position = store.key_position(CONV, f"turn:{candidate}:0")
+        if position is not None and store.get(CONV)[position] == user:
+            return candidate
+    raise AssertionError(f"no turn stored {user}")
+
+
+def test_a_turn_batch_ends_where_its_step_stored_it() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    call2 = {**call, "id": "c2"}
+    asked = {"role": "assistant", "content": None, "tool_calls": [call, call2]}
+    repair = {"role": "tool", "tool_call_id": "c0", "content": CANCELLED}
+    tool1 = {"role": "tool", "tool_call_id": "c1", "content": "1"}
+    tool2 = {"role": "tool", "tool_call_id": "c2", "content": "2"}
+    later = [{"role": "tool", "tool_call_id": "c9", "content": CANCELLED}, user_msg("next")]
+    turn = [repair, user_msg("q"), asked, tool1, tool2, {"role": "assistant", "content": "a"}]
+    conversation = turn + later
+    assert batch_end(conversation, 0, first=True) == 2, "step 0: the repairs and the question"
+    assert batch_end(conversation, 2, first=False) == 3, "a model answer is one message"
+    assert batch_end(conversation, 3, first=False) == 5, "a round: one result per call"
+    assert batch_end(conversation, 5, first=False) == 6
+    # A later turn's repairs right after a round of results are not the round's.
+    assert batch_end([*turn[:5], *later], 3, first=False) == 5
+    assert batch_end(turn[:4], 3, first=False) == 4, "a round cut short ends with the list"
+
+
+def user_msg(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
 
 
 def test_a_turn_id_used_for_another_message_is_refused(

@@ -105,12 +105,32 @@ class TurnWriter:
         start = store.key_position(self.conv, self.key(0))
         if start is None:
             return None
-        steps = 1
-        while store.key_position(self.conv, self.key(steps)) is not None:
-            steps += 1
+        last, steps = start, 1
+        while (position := store.key_position(self.conv, self.key(steps))) is not None:
+            last, steps = position, steps + 1
         self.step = steps
         stored: list[dict[str, Any]] = store.get(self.conv, last=store.count(self.conv) - start)
-        return stored
+        # The conversation may go on past this turn: an owner that lost it while this
+        # attempt was frozen stored the turns after it. The turn ends with its last batch.
+        return stored[: batch_end(stored, last - start, first=steps == 1)]
+
+
+def batch_end(messages: Sequence[Mapping[str, Any]], begin: int, first: bool) -> int:
+    """Where the turn batch stored at ``messages[begin]`` ends: step 0 (``first``) is the
+    repairs and the user message; a later step is one model answer, or one round of tool
+    results (as many as the answer before it made calls)."""
+    if first:
+        for index in range(begin, len(messages)):
+            if messages[index].get("role") == "user":
+                return index + 1
+        return len(messages)
+    if begin >= len(messages) or messages[begin].get("role") != "tool":
+        return min(begin + 1, len(messages))
+    calls = messages[begin - 1].get("tool_calls") or () if begin > 0 else ()
+    end = begin
+    while end < len(messages) and end - begin < len(calls) and messages[end].get("role") == "tool":
+        end += 1
+    return max(end, begin + 1)
 
 
 def check_retry(earlier: Sequence[Mapping[str, Any]], text: str, turn_id: str) -> list[str]:
