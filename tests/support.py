@@ -322,13 +322,14 @@ def adds_across_a_kill(
     return acked, refused
 
 
-def kill_or_crash(server: Handle, n: int) -> None:
+def kill_or_crash(server: Handle, n: int) -> bool:
     """The n-th fault of a storm: a kill when n is odd, a crash (RuntimeError) when even;
-    nothing if the server is between incarnations."""
+    False (nothing done) if the server is between incarnations."""
     try:
         if n % 2:
             faults.kill(server)
         else:
             faults.crash(server, RuntimeError(f"crash {n}"))
     except NoProcess:
-        pass
+        return False
+    return True

@@ -12,7 +12,7 @@ from otpmem.actors.faults import FaultPlan
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore, StoreError
 from otpmem.supervisors import Supervisor
-from tests.support import WAIT
+from tests.support import WAIT, kill_or_crash
 
 Retryable = (NoProcess, ServerExited, CallTimeout, StoreError)
 
@@ -105,12 +105,7 @@ def test_no_acknowledged_message_is_lost_across_100_crashes_with_16_writers() ->
     crashes = 0
     try:
         while crashes < 100:
-            try:
-                if crashes % 2:
-                    faults.kill(store)
-                else:
-                    faults.crash(store, RuntimeError(f"crash {crashes}"))
-            except NoProcess:
+            if not kill_or_crash(store, crashes):
                 pair.sync()
                 continue
             crashes += 1
