@@ -47,17 +47,15 @@ def takes_keys(provider: MemoryProvider | None) -> bool:
     return _signature_takes_keys(append)
 
 
-@functools.lru_cache(maxsize=256)
-def _function_takes_keys(function: Callable[..., Any]) -> bool:
-    return _signature_takes_keys(function)
-
-
 def _signature_takes_keys(append: Callable[..., Any]) -> bool:
     try:
         parameters = inspect.signature(append).parameters
     except (TypeError, ValueError):
         return False
     return "idempotency_key" in parameters and "follows" in parameters
+
+
+_function_takes_keys = functools.lru_cache(maxsize=256)(_signature_takes_keys)
 
 
 class TurnWriter:
@@ -126,7 +124,7 @@ def batch_end(messages: Sequence[Mapping[str, Any]], begin: int, first: bool) ->
         return len(messages)
     if begin >= len(messages) or messages[begin].get("role") != "tool":
         return min(begin + 1, len(messages))
-    calls = messages[begin - 1].get("tool_calls") or () if begin > 0 else ()
+    calls = (messages[begin - 1].get("tool_calls") or ()) if begin > 0 else ()
     end = begin
     while end < len(messages) and end - begin < len(calls) and messages[end].get("role") == "tool":
         end += 1

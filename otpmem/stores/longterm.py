@@ -260,7 +260,7 @@ def batch_usage(batch: Iterable[Mapping[str, Any]]) -> Usage | None:
     (most batches: every add asks, so those leave at once)."""
     added: Usage | None = None
     for message in batch:
-        found = usage_of(message) if message.get("role") == "assistant" else None
+        found = usage_of(message)
         if found is not None:
             added = found if added is None else added + found
     return None if added is None or added == _NONE else added
