@@ -15,6 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from otpmem.actors import GenServer, HogReport, add_hog_listener, remove_hog_listener
+from otpmem.actors import _scheduler as scheduler
 from otpmem.messages import Conv
 from otpmem.stores import StoreUnavailable
 from otpmem.stores.postgres import PostgresStore, PostgresStoreHandle, redact
@@ -194,3 +196,62 @@ def test_an_id_postgresql_cannot_hold_is_a_clear_error_and_stores_nothing(
     store.add(CONV, [{"role": "user", "content": "a \x00 b"}])
     assert store.get(CONV) == [{"role": "user", "content": "a \x00 b"}]
     assert store.alive
+
+
+def read_waits_on_a_lock(dsn: str, timeout: float = WAIT) -> bool:
+    """Whether a statement comes to wait on a lock within ``timeout`` s (asked of the
+    server every 10 ms: the wait has no event of its own to wait on)."""
+    pause = threading.Event()
+    with psycopg.connect(dsn, autocommit=True) as watcher:
+        for _ in range(int(timeout / 0.01)):
+            row = watcher.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+            if row and row[0]:
+                return True
+            pause.wait(0.01)
+    return False
+
+
+class Reader(GenServer):
+    """A process that reads a conversation back, as an agent reads its window."""
+
+    def init(self, store: PostgresStoreHandle) -> None:
+        self.store = store
+
+    def handle_call(self, conv: Conv) -> Any:
+        return self.store.get(conv)
+
+
+def test_a_slow_read_from_a_process_leaves_its_scheduler_free(
+    store: PostgresStoreHandle,
+    postgres_dsn: str,
+    pg_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler, "HOG_THRESHOLD", 0.1)
+    store.add(CONV, [{"role": "user", "content": "held"}])
+    reports: list[HogReport] = []
+    hogged = threading.Event()
+
+    def listener(report: HogReport) -> None:
+        reports.append(report)
+        hogged.set()
+
+    add_hog_listener(listener)
+    reader = Reader.start_link(store)
+    answers: list[Any] = []
+    try:
+        with psycopg.connect(postgres_dsn) as holder:
+            # A table lock makes the read wait on the server for as long as the test likes.
+            holder.execute(f'LOCK TABLE "{pg_namespace}".messages IN ACCESS EXCLUSIVE MODE')
+            asking = threading.Thread(target=lambda: answers.append(reader.call(CONV, WAIT)))
+            asking.start()
+            assert read_waits_on_a_lock(postgres_dsn)
+            # A read that held its scheduler for 5 thresholds would have been reported.
+            assert not hogged.wait(0.5), reports
+            assert answers == []  # still waiting on the server
+            holder.rollback()
+        asking.join(WAIT)
+        assert answers == [[{"role": "user", "content": "held"}]]
+    finally:
+        remove_hog_listener(listener)
+        reader.stop()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 from psycopg import sql
 
+from ..actors import blocking
 from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from ._base import KEYS_KEPT, StoredWindow, check_key, check_last
 from ._pg_schema import from_user_key, user_key
@@ -97,6 +98,10 @@ class PostgresReads:
         def _reading(self) -> AbstractContextManager[tuple[Any, dict[str, sql.Composed]]]: ...
 
     def _rows(self, name: str, args: tuple[Any, ...]) -> list[Any]:
+        # From a process, the round trip waits on the blocking pool, not on its scheduler.
+        return blocking(self._fetch, name, args)
+
+    def _fetch(self, name: str, args: tuple[Any, ...]) -> list[Any]:
         with self._reading() as (conn, q):
             # Binary results: a bytea body arrives as its bytes, not as hex text to decode.
             return list(conn.execute(q[name], args, binary=True).fetchall())
