@@ -16,7 +16,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check otpmem tests examples benchmarks
 	$(VENV)/bin/mypy otpmem
 
-test: lint
+# The observer's browser test (tests/test_observe_browser.py) drives Debian's chromium.
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "the browser test needs chromium at $(CHROMIUM)"; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+test: lint $(CHROMIUM)
 	$(PY) -m pytest -q
 
 # The main job: 20 agents x 10 turns under chaos into a temporary directory; the first run
