@@ -289,7 +289,8 @@ def adds_across_a_kill(
     from otpmem.stores import StoreUnavailable
 
     first = store.resolve()
-    stop = threading.Event()
+    stop = threading.Event()  # only if the test fails: each writer ends when refused
+    adding = [threading.Event() for _ in range(writers)]
     acked: dict[int, list[str]] = {t: [] for t in range(writers)}
     refused: list[BaseException] = []
 
@@ -304,13 +305,19 @@ def adds_across_a_kill(
                 refused.append(exc)
                 return
             acked[t].append(text)
+            adding[t].set()
             i += 1
 
     threads = [threading.Thread(target=writer, args=(t,)) for t in range(writers)]
     try:
         for thread in threads:
             thread.start()
+        # Killed with every writer under way (a writer not yet started when the test
+        # ended would be neither acknowledged nor refused); each then runs into the kill.
+        assert all(started.wait(30.0) for started in adding)
         faults.kill(store)
+        for thread in threads:
+            thread.join(30.0)
     finally:
         stop.set()
         for thread in threads:
