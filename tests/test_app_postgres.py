@@ -93,6 +93,7 @@ def test_a_second_process_application_shares_the_conversations(
         ({"store": "memory", "data_dir": "x"}, "store='memory' keeps nothing on disk"),
         ({"store": "leveldb", "data_dir": "x", "dsn": "postgresql://h/db"}, "a dsn is for"),
         ({"dsn": "postgresql://h/db", "namespace": "Bad-Name"}, "namespace must be"),
+        ({"dsn": "host=db port"}, 'not a PostgreSQL DSN: missing "=" after "port"'),
     ],
 )
 def test_arguments_that_cannot_work_are_refused_before_anything_starts(

@@ -197,6 +197,11 @@ def test_resume_of_a_run_whose_dsn_had_a_password_asks_for_it_again(tmp_path: Pa
         (["--cluster", "ray"], "--cluster ray places nodes: it needs --store postgres"),
         (["--store", "postgres="], "choose leveldb, postgres"),
         (["--store", "mysql"], "choose leveldb, postgres"),
+        (["--store", "postgres=notadsn"], 'not a PostgreSQL DSN: missing "=" after "notadsn"'),
+        (
+            ["--store", "postgres=host=db password=hunter2 port"],
+            'not a PostgreSQL DSN: missing "=" after "port"',
+        ),
         (["--nodes", "0", "--store", "postgres"], "0 is not in the range 1<=x<=64"),
         (
             ["--store", "postgres", "--budget-tokens", "100"],
@@ -209,7 +214,8 @@ def test_combinations_that_cannot_work_are_usage_errors(
     tmp_path: Path, flags: list[str], message: str
 ) -> None:
     data = tmp_path / "run"
-    fails_with(otpmem("simulate", "--data", data, *flags), 2, message)
+    text = fails_with(otpmem("simulate", "--data", data, *flags), 2, message)
+    assert "hunter2" not in text
     assert not data.exists()
 
 

@@ -3,6 +3,7 @@ acknowledged message lost to a SIGKILL or a restarted server, clear errors for b
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from otpmem.actors import GenServer, HogReport, add_hog_listener, remove_hog_lis
 from otpmem.actors import _scheduler as scheduler
 from otpmem.messages import Conv
 from otpmem.stores import StoreUnavailable
-from otpmem.stores.postgres import PostgresStore, PostgresStoreHandle, redact
+from otpmem.stores.postgres import Leases, PostgresStore, PostgresStoreHandle, redact
 from otpmem.supervisors import Supervisor
 from tests.support import Trace
 
@@ -181,6 +182,20 @@ def test_bad_arguments_are_refused_before_connecting() -> None:
             PostgresStore.start_link("postgresql://nowhere", **kwargs)
     with pytest.raises(TypeError):
         PostgresStore.start_link(42)  # type: ignore[arg-type]
+    # A DSN libpq cannot parse is named as such, its password hidden, before connecting.
+    with pytest.raises(ValueError, match='not a PostgreSQL DSN: missing "=" after "port"') as bad:
+        PostgresStore.start_link("host=db password=hunter2 port")
+    assert "hunter2" not in str(bad.value)
+    with pytest.raises(ValueError, match="not a PostgreSQL DSN"):
+        Leases("notadsn", "otpmem", owner="n0")
+
+
+def test_a_database_that_is_not_there_is_named_at_once(postgres_dsn: str) -> None:
+    # The pool would retry it for CONNECT_TIMEOUT and then say only that it timed out.
+    missing = re.sub(r"/postgres(\?|$)", r"/no_such_db\1", postgres_dsn)
+    assert missing != postgres_dsn
+    with pytest.raises(StoreUnavailable, match='database "no_such_db" does not exist'):
+        PostgresStore.start_link(missing, start_timeout=WAIT)
 
 
 def test_an_id_postgresql_cannot_hold_is_a_clear_error_and_stores_nothing(

@@ -29,7 +29,17 @@ class StoreParam(click.ParamType[str, Any]):
         """The value as given, once it names a store."""
         text = str(value)
         kind, sep, dsn = text.partition("=")
-        if text == LEVELDB or (kind == POSTGRES and (not sep or dsn)):
+        if kind == POSTGRES and dsn:
+            try:
+                from ..stores.postgres import check_dsn
+            except ImportError:  # no psycopg: the run says which extra to install
+                return text
+            try:
+                check_dsn(dsn)
+            except ValueError as exc:
+                self.fail(f"{exc}", param, ctx)
+            return text
+        if text == LEVELDB or (kind == POSTGRES and not sep):
             return text
         self.fail(
             f"{text!r}: choose leveldb, postgres (an embedded PostgreSQL under --data) or "

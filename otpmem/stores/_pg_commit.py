@@ -7,7 +7,6 @@ and what a failed write means to its caller.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -15,6 +14,7 @@ from typing import Any, TypeVar
 from ..actors import Handle, NoProcess
 from ..messages import Conv, InvalidMessage
 from ._base import ConversationCleared, LeaseLost, StoreUnavailable
+from ._pg_dsn import redact
 from ._pg_leases import Fence
 from ._pg_writes import Add, FencesLost, Writes, check_appended
 from .longterm import FactLimitReached
@@ -41,19 +41,6 @@ def refused(exc: BaseException) -> ValueError:
     character in a user or conversation id, or a fact's key, say."""
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return ValueError(f"PostgreSQL cannot store this: {first}; nothing was stored")
-
-
-def redact(dsn: str) -> str:
-    """A DSN fit for an error message (or run.json): any password replaced; an empty one,
-    which hides nothing, kept (so the DSN still works as written)."""
-    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
-
-
-def unredacted(dsn: str) -> str:
-    """A DSN ``redact`` made (its password ``***``) with no password at all: libpq then
-    takes one from ``PGPASSWORD`` or ``~/.pgpass``."""
-    dsn = re.sub(r"(://[^:/@]*):\*\*\*@", r"\1@", dsn)
-    return re.sub(r"\s*password=\*\*\*", "", dsn).strip()
 
 
 class Committing:
@@ -191,7 +178,5 @@ __all__ = [
     "Committing",
     "FenceOf",
     "FencedAdd",
-    "redact",
     "refused",
-    "unredacted",
 ]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ._base import StoreUnavailable
+from ._pg_dsn import check_dsn
 
 CONNECT_TIMEOUT = 10
 STATEMENT_TIMEOUT_MS = 10_000
@@ -140,7 +141,7 @@ class Leases:
     ) -> None:
         if ttl <= 0:
             raise ValueError(f"a lease's ttl must be > 0 s, got {ttl}")
-        self.dsn = dsn
+        self.dsn = check_dsn(dsn)
         self.namespace = namespace
         self.owner = owner
         self.ttl = float(ttl)

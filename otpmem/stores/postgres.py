@@ -51,10 +51,9 @@ from ._pg_commit import (
     Committing,
     FencedAdd,
     FenceOf,
-    redact,
     refused,
-    unredacted,
 )
+from ._pg_dsn import check_dsn, redact, unredacted
 from ._pg_embedded import embedded_dsn, embedded_server
 from ._pg_leases import Fence, Heartbeat, Lease, Leases, ensure_leases
 from ._pg_reads import PostgresReads, compose
@@ -85,16 +84,28 @@ def connected(dsn: str) -> Iterator[Any]:
     """An autocommit connection to the server at ``dsn`` for the block; ``StoreUnavailable``,
     naming the server (its password hidden), if it cannot be reached."""
     psycopg, _ = _psycopg()
+    check_dsn(dsn)
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT))
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailable(
-            f"cannot reach PostgreSQL at {redact(dsn)}: {exc}; is the server running?"
-        ) from None
+    except psycopg.OperationalError as exc:  # libpq's reason says what to do
+        raise StoreUnavailable(f"cannot reach PostgreSQL at {redact(dsn)}: {exc}") from None
     try:
         yield conn
     finally:
         conn.close()
+
+
+def _check_dsn(dsn: str | None) -> None:
+    if dsn is not None and not isinstance(dsn, str):
+        raise TypeError(f"dsn must be a str or None, got {short_repr(dsn)}")
+    if dsn is not None:
+        _psycopg()
+        check_dsn(dsn)
+
+
+def _reach(dsn: str) -> None:
+    with connected(dsn):
+        pass
 
 
 def schema_exists(dsn: str, namespace: str) -> bool:
@@ -172,8 +183,7 @@ class PostgresStore(Committing, GenServer):
         schema is newer than this otpmem.
         """
         check_namespace(namespace)
-        if dsn is not None and not isinstance(dsn, str):
-            raise TypeError(f"dsn must be a str or None, got {short_repr(dsn)}")
+        _check_dsn(dsn)
         if type(pool_size) is not int or pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {short_repr(pool_size)}")
         if fence is not None and not callable(fence):
@@ -202,6 +212,7 @@ class PostgresStore(Committing, GenServer):
         """A store named ``name`` under its own supervisor (child ``"store"``), as
         ``LevelDBStore.child_spec``: a lost connection restarts it with a fresh pool."""
         check_namespace(namespace)
+        _check_dsn(dsn)  # before anything starts: a restart would not mend it
 
         def start_store() -> Handle:
             return cls.start_link(
@@ -229,6 +240,9 @@ class PostgresStore(Committing, GenServer):
         if dsn is None:
             dsn = blocking(embedded_dsn, data_dir)
         self.dsn = dsn
+        # One connection first: a refused connection, a wrong password or a missing
+        # database is named at once, where the pool would retry it until its timeout.
+        blocking(_reach, dsn)
         self.pool = pool_module.ConnectionPool(
             dsn,
             min_size=1,
@@ -322,6 +336,7 @@ __all__ = [
     "Leases",
     "PostgresStore",
     "PostgresStoreHandle",
+    "check_dsn",
     "connected",
     "embedded_dsn",
     "embedded_server",
