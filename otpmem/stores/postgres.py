@@ -103,9 +103,13 @@ def _check_dsn(dsn: str | None) -> None:
         check_dsn(dsn)
 
 
-def _reach(dsn: str) -> None:
-    with connected(dsn):
-        pass
+def _unreachable_because(dsn: str) -> str | None:
+    """libpq's reason for refusing a connection to ``dsn`` now (None: it connects)."""
+    try:
+        with connected(dsn):
+            return None
+    except StoreUnavailable as exc:
+        return str(exc).split(": ", 1)[-1]
 
 
 def schema_exists(dsn: str, namespace: str) -> bool:
@@ -240,9 +244,6 @@ class PostgresStore(Committing, GenServer):
         if dsn is None:
             dsn = blocking(embedded_dsn, data_dir)
         self.dsn = dsn
-        # One connection first: a refused connection, a wrong password or a missing
-        # database is named at once, where the pool would retry it until its timeout.
-        blocking(_reach, dsn)
         self.pool = pool_module.ConnectionPool(
             dsn,
             min_size=1,
@@ -264,8 +265,12 @@ class PostgresStore(Committing, GenServer):
                     blocking(ensure_leases, conn, namespace)
         except self._psycopg_errors as exc:
             self.pool.close()
+            # The pool says only that it timed out; one plain connection says why. It is
+            # asked after the pool's wait, not before: failing at once would let a server
+            # restarting for a few seconds exhaust the store supervisor's restarts.
+            reason = blocking(_unreachable_because, dsn) or str(exc)
             raise StoreUnavailable(
-                f"cannot reach PostgreSQL at {redact(dsn)}: {exc}; is the server running?"
+                f"cannot reach PostgreSQL at {redact(dsn)} within {CONNECT_TIMEOUT:g} s: {reason}"
             ) from exc
         except BaseException:
             self.pool.close()
