@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ..reprs import short_repr
+
 
 def redact(dsn: str) -> str:
     """A DSN fit for an error message (or run.json): any password replaced; an empty one,
@@ -15,7 +17,7 @@ def check_dsn(dsn: str) -> str:
     """``dsn`` if libpq can parse it (a ``postgresql://`` URI or ``key=value`` pairs), else
     a ``ValueError`` that says why (any password hidden); nothing is connected to."""
     if not isinstance(dsn, str):
-        raise TypeError(f"a DSN must be a str, got {type(dsn).__name__}")
+        raise TypeError(f"a DSN must be a str, got {short_repr(dsn)}")
     from psycopg import ProgrammingError
     from psycopg.conninfo import conninfo_to_dict
 

@@ -84,9 +84,8 @@ def connected(dsn: str) -> Iterator[Any]:
     """An autocommit connection to the server at ``dsn`` for the block; ``StoreUnavailable``,
     naming the server (its password hidden), if it cannot be reached."""
     psycopg, _ = _psycopg()
-    check_dsn(dsn)
     try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT))
+        conn = _connect(dsn)
     except psycopg.OperationalError as exc:  # libpq's reason says what to do
         raise StoreUnavailable(f"cannot reach PostgreSQL at {redact(dsn)}: {exc}") from None
     try:
@@ -95,21 +94,26 @@ def connected(dsn: str) -> Iterator[Any]:
         conn.close()
 
 
+def _connect(dsn: str) -> Any:
+    psycopg, _ = _psycopg()
+    check_dsn(dsn)
+    return psycopg.connect(dsn, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT))
+
+
 def _check_dsn(dsn: str | None) -> None:
-    if dsn is not None and not isinstance(dsn, str):
-        raise TypeError(f"dsn must be a str or None, got {short_repr(dsn)}")
     if dsn is not None:
         _psycopg()
-        check_dsn(dsn)
+        check_dsn(dsn)  # a TypeError for what is not a str
 
 
 def _unreachable_because(dsn: str) -> str | None:
     """libpq's reason for refusing a connection to ``dsn`` now (None: it connects)."""
+    psycopg, _ = _psycopg()
     try:
-        with connected(dsn):
-            return None
-    except StoreUnavailable as exc:
-        return str(exc).split(": ", 1)[-1]
+        _connect(dsn).close()
+    except psycopg.OperationalError as exc:
+        return str(exc)
+    return None
 
 
 def schema_exists(dsn: str, namespace: str) -> bool:
