@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from otpmem.actors import CallTimeout, ServerExited, faults
 from otpmem.agents import Agent, AgentHandle, TurnCleared, TurnFailed
-from otpmem.agents._turn import batch_end
+from otpmem.agents._turn import TurnWriter, batch_end
 from otpmem.llm import ChatResponse, ModelError, ScriptedModel, tool_call
 from otpmem.memory import CANCELLED, DefaultProvider, valid_context
 from otpmem.messages import Conv
@@ -146,6 +147,38 @@ def turn_id_of(turn: Any, store: Any) -> str:
         if position is not None and store.get(CONV)[position] == user:
             return candidate
     raise AssertionError(f"no turn stored {user}")
+
+
+class LandsLate:
+    """A store on which the killed attempt's answer, still in flight, lands right after the
+    retry first reads how long the conversation is."""
+
+    def __init__(self, store: Any, late: list[dict[str, Any]], key: str, follows: str) -> None:
+        self._store, self._late, self._key, self._follows = store, late, key, follows
+
+    def count(self, conv: Conv) -> int:
+        n = self._store.count(conv)
+        if self._late:
+            late, self._late = self._late, []
+            self._store.add(conv, late, idempotency_key=self._key, follows=self._follows)
+        return int(n)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_a_retry_reads_its_turn_back_whole_when_a_killed_attempts_batch_lands_meanwhile(
+    store: Any,
+) -> None:
+    store.add(CONV, [user_msg("earlier"), {"role": "assistant", "content": "then"}])
+    store.add(CONV, [user_msg("q")], idempotency_key="turn:t:0")
+    answer = {"role": "assistant", "content": "a"}
+    late = LandsLate(store, [answer], key="turn:t:1", follows="turn:t:0")
+    writer = TurnWriter(SimpleNamespace(store=late), CONV, "t", keyed=True)
+    # Read as a count and then get(last=count - start), the turn came back shifted by the
+    # late batch: without its question, so the retry was refused as another turn's id.
+    assert writer.earlier() == [user_msg("q"), answer]
+    assert writer.step == 2  # the late answer is the turn's step 1: it is not asked again
 
 
 def test_a_turn_batch_ends_where_its_step_stored_it() -> None:

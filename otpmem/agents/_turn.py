@@ -103,14 +103,30 @@ class TurnWriter:
         start = store.key_position(self.conv, self.key(0))
         if start is None:
             return None
+        stored = messages_from(store, self.conv, start)
         last, steps = start, 1
         while (position := store.key_position(self.conv, self.key(steps))) is not None:
+            if position >= start + len(stored):
+                # A batch of a killed attempt, still in flight then, landed after the read
+                # (its key and its messages land together): read again, to include it.
+                stored = messages_from(store, self.conv, start)
             last, steps = position, steps + 1
         self.step = steps
-        stored: list[dict[str, Any]] = store.get(self.conv, last=store.count(self.conv) - start)
         # The conversation may go on past this turn: an owner that lost it while this
         # attempt was frozen stored the turns after it. The turn ends with its last batch.
         return stored[: batch_end(stored, last - start, first=steps == 1)]
+
+
+def messages_from(store: Any, conv: Conv, position: int) -> list[dict[str, Any]]:
+    """The conversation's messages from ``position`` on, from one read: a count and then a
+    ``get(last=...)`` would be shifted by a batch landing between the two."""
+    last = store.count(conv) - position
+    while True:
+        window = store.window(conv, last)
+        if window.start <= position:
+            tail: list[dict[str, Any]] = window.tail[position - window.start :]
+            return tail
+        last = window.total - position
 
 
 def batch_end(messages: Sequence[Mapping[str, Any]], begin: int, first: bool) -> int:
