@@ -865,7 +865,7 @@ def test_agent_start_takes_the_same_arguments_as_start_link_without_the_link(
 def test_conversation_claims_are_dropped_once_released(store: MemoryStoreHandle) -> None:
     """One claim per conversation while a turn runs, none after: nothing grows with the
     number of conversations ever written (the old per-conversation locks were kept)."""
-    from otpmem.agents._config import writers
+    from otpmem.agents._writers import writers
 
     before = writers.held()
     agents = [

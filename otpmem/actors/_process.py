@@ -84,6 +84,7 @@ class Process:
         "_notified",
         "_shutdown",
         "_started",
+        "abandoned",
         "cleanups",
         "current_call",
         "dead",
@@ -134,6 +135,9 @@ class Process:
             dedicated_scheduler(str(self.pid)) if server.dedicated_thread else None
         )
         self.waiting: OneShot | None = None
+        # The wait a kill cut short (a call's reply, blocking work's answer): the work
+        # behind it may still finish, e.g. a store write already sent.
+        self.abandoned: OneShot | None = None
         self.exited = Event()
         # Set once init has returned: direct readers of a server's state wait for it, since a
         # name is visible (and calls queue) from before init runs, as in OTP.

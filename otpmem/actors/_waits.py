@@ -38,11 +38,12 @@ class OneShot:
     ``itertools.count`` is an atomic test-and-set under the GIL.
     """
 
-    __slots__ = ("_claim", "_lock", "_runner", "error", "timed_out", "value")
+    __slots__ = ("_after", "_claim", "_lock", "_runner", "error", "timed_out", "value")
 
     def __init__(self) -> None:
         here = getcurrent()
         self._claim = itertools.count().__next__
+        self._after: Callable[[], None] | object | None = None  # see when_answered
         self.value: Any = None
         self.error: BaseException | None = None
         self.timed_out = False
@@ -57,6 +58,7 @@ class OneShot:
     def set(self, value: Any) -> bool:
         """Store the answer; False if the slot was already answered (or timed out)."""
         if self._claim():
+            self._late()
             return False
         self.value = value
         self._wake()
@@ -65,10 +67,29 @@ class OneShot:
     def fail(self, error: BaseException) -> bool:
         """Store an error for the waiter to raise; False if already answered."""
         if self._claim():
+            self._late()
             return False
         self.error = error
         self._wake()
         return True
+
+    def when_answered(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once this slot is answered (``set`` or ``fail``), also by an answer
+        that comes after its wait ended without one (a timeout, a kill); at once if an
+        answer came already. ``fn`` runs on the answering thread: keep it short."""
+        with _late_lock:
+            if self.timed_out and self._after is None:
+                self._after = fn
+                return
+        fn()
+
+    def _late(self) -> None:
+        # An answer after the wait ended (or after another answer): nobody takes it, but
+        # whoever waits for the work behind it to end (when_answered) hears of it.
+        with _late_lock:
+            after, self._after = self._after, _ANSWERED
+        if after is not None and after is not _ANSWERED:
+            after()  # type: ignore[operator]
 
     def time_out(self) -> bool:
         """End the wait unanswered (a timer, or a kill); False if an answer came first."""
@@ -108,6 +129,9 @@ class OneShot:
                     # The kill (or an answer) claimed this wait first and queued a wake-up
                     # for this runner: take it here, or it would resume a later wait.
                     scheduler.hub.switch(SUSPENDED)
+                else:
+                    self.timed_out = True  # ended unanswered: a later answer is late
+                process.abandoned = self
                 raise Killed(process)
         if timeout is not None:
             heapq.heappush(scheduler.timers, (monotonic() + timeout, next(timer_seq), self))
@@ -117,8 +141,14 @@ class OneShot:
         if process is not None:
             process.waiting = None
             if process.killed:
+                process.abandoned = self
                 raise Killed(process)
         return not self.timed_out
+
+
+_late_lock = threading.Lock()
+_ANSWERED = object()
+"""``OneShot._after`` once an answer came after the wait ended."""
 
 
 def sleep(seconds: float) -> None:

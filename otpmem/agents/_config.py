@@ -3,21 +3,15 @@ conversation."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import threading
-import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..actors import Event, current
 from ..llm import ChatResponse
 from ..memory import DefaultProvider, MemoryProvider
 from ..memory.recall.default import default_index
 from ..memory.recall.hybrid import HybridProvider
-from ..messages import Conv
 from ..protocols import conforms
 from ..stores import ChatMemory, default_store
 
@@ -121,76 +115,3 @@ def as_callbacks(callbacks: Callbacks | Mapping[str, Any] | None) -> Callbacks:
 
 class ConversationBusy(RuntimeError):
     """Another turn is writing this conversation (``on_busy="refuse"``, or the wait ran out)."""
-
-
-class _Writers:
-    """One writer per (store, conversation): two turns never interleave their writes.
-
-    A claim belongs to the process that made it (or the thread, outside any process) and is
-    released when it ends its turn, or when that process exits, however it exits: a killed
-    agent stuck in a tool frees its conversation at the moment it is declared dead, not when
-    its thread returns. Keys are dropped once released, so nothing grows with the number of
-    conversations ever written.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders: dict[Hashable, tuple[object, Callable[[], None] | None]] = {}
-        self._waiters: dict[Hashable, list[Event]] = {}
-
-    def acquire(self, key: Hashable, timeout: float) -> bool:
-        """Claim ``key`` for the caller, waiting up to ``timeout`` s (0: do not wait)."""
-        process = current()
-        me: object = process if process is not None else threading.current_thread()
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if key not in self._holders:
-                    cleanup = None
-                    if process is not None:
-                        cleanup = functools.partial(self.release, key, me)
-                        process.cleanups.append(cleanup)
-                    self._holders[key] = (me, cleanup)
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                freed = Event()
-                self._waiters.setdefault(key, []).append(freed)
-            freed.wait(remaining)
-
-    def release(self, key: Hashable, holder: object | None = None) -> None:
-        """Release ``key`` if ``holder`` (default: the caller) holds it; wake its waiters."""
-        if holder is None:
-            process = current()
-            holder = process if process is not None else threading.current_thread()
-        with self._lock:
-            held = self._holders.get(key)
-            if held is None or held[0] is not holder:
-                return  # released already (e.g. at the holder's exit): never free another's
-            del self._holders[key]
-            waiters = self._waiters.pop(key, [])
-        cleanup = held[1]
-        if cleanup is not None:
-            with contextlib.suppress(ValueError):
-                holder.cleanups.remove(cleanup)  # type: ignore[attr-defined]
-        for freed in waiters:
-            freed.set()
-
-    def held(self) -> int:
-        """How many conversations are claimed right now."""
-        with self._lock:
-            return len(self._holders)
-
-
-writers = _Writers()
-
-
-def writer_key(conv: Conv) -> Hashable:
-    """What two turns must not write at once: the conversation itself.
-
-    Not the provider or its store: two agents may reach one conversation through provider
-    objects of their own (a user's provider need not expose a store at all). Two stores
-    holding a conversation of the same key serialise their turns needlessly, never wrongly.
-    """
-    return conv

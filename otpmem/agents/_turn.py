@@ -16,9 +16,11 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..actors import Killed
 from ..memory import CANCELLED, MemoryProvider
 from ..messages import Conv, short_repr
 from ..stores import ConversationCleared
+from ._writers import writer_key, writers
 from .errors import TurnCleared, TurnIdReused
 
 MAX_TURN_ID = 200
@@ -79,14 +81,19 @@ class TurnWriter:
         provider = self.provider
         if provider is None:
             return
-        if not self.keyed:
-            provider.append(self.conv, messages)
-            return
-        follows = None if self.step == 0 else self.key(0)
         try:
+            if not self.keyed:
+                provider.append(self.conv, messages)
+                return
+            follows = None if self.step == 0 else self.key(0)
             provider.append(  # type: ignore[call-arg]
                 self.conv, messages, idempotency_key=self.key(self.step), follows=follows
             )
+        except Killed:
+            # Dead, but the write may still land: the conversation stays this turn's until
+            # it has answered, so that nothing reads the conversation without it.
+            writers.linger(writer_key(self.conv))
+            raise
         except ConversationCleared as exc:
             raise TurnCleared(
                 f"conversation {self.conv} was cleared while turn {self.turn_id!r} ran; "

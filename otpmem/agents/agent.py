@@ -22,16 +22,10 @@ from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
 from ..llm import ChatModel, ChatResponse, Pricing
 from ..memory import CANCELLED, MemoryProvider
 from ..messages import Conv, InvalidMessage, as_conv, check_user_id, short_repr, validate
-from ._config import (
-    Callbacks,
-    ConversationBusy,
-    as_callbacks,
-    resolve_memory,
-    writer_key,
-    writers,
-)
+from ._config import Callbacks, ConversationBusy, as_callbacks, resolve_memory
 from ._context import TurnContext, turn_context
 from ._turn import TurnWriter, check_retry, check_turn_id, dangling, takes_keys
+from ._writers import writer_key, writers
 from .errors import TurnFailed, TurnIdReused
 
 RUN_TIMEOUT = 300.0

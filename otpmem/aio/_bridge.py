@@ -40,6 +40,7 @@ class _FutureSlot(OneShot):
         self.value: Any = None
         self.error: BaseException | None = None
         self.timed_out = False
+        self._after = None
         self._runner = None
         self._lock = None
         self._loop = loop
