@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -213,5 +215,37 @@ def test_a_start_from_a_plain_thread_runs_init_there_then_moves_to_the_scheduler
         child = starter.resolve().server.child
         assert child.call("thread").startswith("otpmem-scheduler-")
         assert starter.resolve().home is not None and not starter.resolve().home.guest
+    finally:
+        stop_all()
+
+
+class Answer:
+    """A reply whose life a weak reference can watch."""
+
+
+class Answerer(GenServer):
+    def handle_call(self, message: Any) -> Any:
+        return Answer()
+
+
+class Caller(GenServer):
+    """Calls ``answerer`` n times with a long timeout; answers weak references to what it got."""
+
+    def handle_call(self, message: Any) -> Any:
+        answerer, n = message
+        return [weakref.ref(answerer.call("go", timeout=60.0)) for _ in range(n)]
+
+
+def test_an_answered_call_leaves_nothing_behind_on_its_schedulers_timers() -> None:
+    answerer, caller = Answerer.start(), Caller.start()
+    try:
+        answers = caller.call((answerer, 500), timeout=WAIT)
+        gc.collect()
+        # Each call's 60 s timeout was a timer: kept until its deadline, it would hold the
+        # reply slot and the answer in it for a minute after the call returned.
+        assert sum(ref() is not None for ref in answers) == 0
+        live = sum(t[2] is not None for s in scheduler.schedulers() for t in s.timers)
+        assert live == 0
+        assert max(len(s.timers) for s in scheduler.schedulers()) <= 2 * 64
     finally:
         stop_all()

@@ -47,6 +47,7 @@ SUSPENDED = object()  # what a runner tells the hub when it parks
 _FREE = object()
 _STOP = object()  # ends a dedicated scheduler's thread
 timer_seq = itertools.count()  # tie-breaker of timers due at the same instant
+_MIN_DROPPED_TIMERS = 64  # a heap this small is cheaper to keep than to rebuild
 acting = threading.local()  # .process: whom blocking work on a pool thread runs for
 
 
@@ -92,7 +93,9 @@ class Scheduler:
         self.guest = guest
         self.parked = 0  # runners suspended on this scheduler's thread
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.timers: list[tuple[float, int, OneShot]] = []  # touched by this thread only
+        # [deadline, seq, slot] heap, touched by this thread only; slot None: dropped
+        self.timers: list[list[Any]] = []
+        self.dropped_timers = 0
         self.free_runners: list[Runner] = []
         self.running: Runner | None = None
         self.since = 0.0
@@ -189,7 +192,33 @@ class Scheduler:
         timers = self.timers
         now = monotonic()
         while timers and timers[0][0] <= now:
-            heapq.heappop(timers)[2].time_out()
+            timer = heapq.heappop(timers)
+            slot: OneShot | None = timer[2]
+            if slot is None:
+                self.dropped_timers -= 1
+                continue
+            timer[2] = None  # fired: its waiter has nothing to drop
+            slot.time_out()
+
+    def drop_timer(self, timer: list[Any]) -> None:
+        """Forget the timer of a wait that ended before its deadline.
+
+        A call's timeout is seconds; its answer comes in microseconds. Left in the heap
+        until its deadline, the timer would keep the reply slot, and the answer in it,
+        alive that long: thousands of answers a second, each held for seconds, for the
+        cyclic GC to walk again and again. As asyncio does with cancelled timer handles,
+        the heap is rebuilt without dropped timers once they are half of it.
+        """
+        timer[2] = None
+        self.dropped_timers += 1
+        timers = self.timers
+        while timers and timers[0][2] is None:
+            heapq.heappop(timers)
+            self.dropped_timers -= 1
+        if self.dropped_timers > _MIN_DROPPED_TIMERS and 2 * self.dropped_timers > len(timers):
+            timers[:] = [t for t in timers if t[2] is not None]
+            heapq.heapify(timers)
+            self.dropped_timers = 0
 
 
 # -- the pool of schedulers ----------------------------------------------------------------

@@ -133,11 +133,15 @@ class OneShot:
                     self.timed_out = True  # ended unanswered: a later answer is late
                 process.abandoned = self
                 raise Killed(process)
+        timer = None
         if timeout is not None:
-            heapq.heappush(scheduler.timers, (monotonic() + timeout, next(timer_seq), self))
+            timer = [monotonic() + timeout, next(timer_seq), self]
+            heapq.heappush(scheduler.timers, timer)
         runner.waiting = self
         scheduler.hub.switch(SUSPENDED)
         runner.waiting = None
+        if timer is not None and timer[2] is not None:
+            scheduler.drop_timer(timer)  # answered (or killed) before its deadline
         if process is not None:
             process.waiting = None
             if process.killed:
