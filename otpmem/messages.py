@@ -19,6 +19,12 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, NoReturn
 
+# Re-exported: the read-only values are what stores keep and hand out, under these names.
+from .frozen import FrozenDict as FrozenDict
+from .frozen import FrozenList as FrozenList
+from .frozen import thaw as thaw
+from .frozen import untracked as _untracked
+
 # Re-exported: the packages describe bad input with it by this name, as they always have.
 from .reprs import SHORT_REPR_MAX as SHORT_REPR_MAX
 from .reprs import short_repr as short_repr
@@ -90,75 +96,10 @@ def check_user_id(user_id: object) -> str | None:
     raise ValueError(f"user_id must be None or a non-empty str, got {short_repr(user_id)}")
 
 
-class FrozenDict(dict[str, Any]):
-    """A dict that refuses mutation: how stores share a message without copying it.
-
-    It compares equal to a plain dict; ``copy.deepcopy`` or ``thaw`` gives a mutable one.
-    """
-
-    __slots__ = ()
-
-    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
-        raise TypeError("stored messages are read-only; copy with otpmem.messages.thaw(m)")
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
-    __ior__ = _refuse
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (thaw(self),))
-
-    def __copy__(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = thaw(self)
-        return result
-
-
-class FrozenList(list[Any]):
-    """A list that refuses mutation (see ``FrozenDict``)."""
-
-    __slots__ = ()
-
-    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
-        raise TypeError("stored messages are read-only; copy with otpmem.messages.thaw(m)")
-
-    __setitem__ = __delitem__ = append = extend = insert = pop = remove = _refuse
-    clear = reverse = sort = _refuse
-    __iadd__ = __imul__ = _refuse
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (thaw(self),))
-
-    def __copy__(self) -> list[Any]:
-        return list(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
-        result: list[Any] = thaw(self)
-        return result
-
-
 class _Checked(FrozenDict):
     """What ``freeze`` returns: a FrozenDict known to be valid (a hand-built one is not)."""
 
     __slots__ = ()
-
-
-_ATOMIC = frozenset({str, int, float, bool, type(None)})
-"""Value types ``thaw`` returns as they are: a call for each would cost more than the copy."""
-
-
-def thaw(value: Any) -> Any:
-    """A mutable deep copy of a (possibly frozen) message or value."""
-    if isinstance(value, dict):
-        copied = dict(value)  # in C; then only the nested values are copied on
-        for k, v in value.items():
-            if type(v) not in _ATOMIC:
-                copied[k] = thaw(v)
-        return copied
-    if isinstance(value, list):
-        return [v if type(v) in _ATOMIC else thaw(v) for v in value]
-    return value
 
 
 def _fail(reason: str, index: int | None, field: str | None) -> NoReturn:
@@ -227,10 +168,12 @@ def _freeze_value(value: Any, index: int | None, path: Path, depth: int) -> Any:
                 frozen[key] = item
             else:
                 frozen[key] = _freeze_value(item, index, (path, key), depth + 1)
-        return _Checked(frozen) if depth == 0 else FrozenDict(frozen)
+        return _untracked(_Checked(frozen) if depth == 0 else FrozenDict(frozen))
     if isinstance(value, list):
-        return FrozenList(
-            [_freeze_value(item, index, (path, i), depth + 1) for i, item in enumerate(value)]
+        return _untracked(
+            FrozenList(
+                [_freeze_value(item, index, (path, i), depth + 1) for i, item in enumerate(value)]
+            )
         )
     _fail_at(
         f"{kind.__name__} is not storable: use dict, list, str, int, float, bool or None",

@@ -706,3 +706,32 @@ def test_text_of_parts_joins_text_parts_with_newlines() -> None:
 def test_text_of_message_without_text() -> None:
     assert text_of(assistant_calls(call())) == ""
     assert text_of({"role": "user"}) == ""
+
+
+def test_frozen_messages_are_out_of_the_cyclic_gcs_sight() -> None:
+    """A stored message can hold no cycle: a full collection must not walk a store's
+    messages (1,000,000 in a MemoryStore made each one take 240 ms)."""
+    import gc
+
+    from otpmem.stores import MemoryStore
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    frozen = freeze({"role": "assistant", "content": None, "tool_calls": [call]})
+    nested = [frozen, frozen["tool_calls"], frozen["tool_calls"][0]]
+    nested.append(frozen["tool_calls"][0]["function"])
+    assert [gc.is_tracked(c) for c in nested] == [False] * 4
+    copy = thaw(frozen)  # mutable again: may join a cycle, so the GC sees it
+    copy["metadata"] = {"self": copy}
+    assert gc.is_tracked(copy)
+
+    store = MemoryStore.start_link()
+    try:
+        gc.collect()
+        before = len(gc.get_objects())
+        batch = [{"role": "user", "content": f"m{j}"} for j in range(100)]
+        for i in range(100):
+            store.add(Conv("u", f"c{i}"), batch)
+        gc.collect()
+        assert len(gc.get_objects()) - before < 1_000, "10,000 messages, each tracked"
+    finally:
+        store.stop()
