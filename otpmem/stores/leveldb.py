@@ -162,7 +162,7 @@ class LevelDBStore(GenServer):
         # A crash or a kill parks the open database for the next incarnation; a stop, a
         # shutdown or a failed write (LevelDB keeps failing until reopened) closes it.
         self.keep_open = True
-        self.meta: dict[Conv, list[int]] = {}
+        self.convs: dict[Conv, _Conversation] = {}
         self.committer = Committer(self.db, sync, self._write_failed, Path(path).name)
         # Threads that are not processes add on their own thread (``add_here``): the ops
         # built under this lock, which the server takes too for anything that reads or
@@ -266,21 +266,23 @@ class LevelDBStore(GenServer):
             with self._adds_paused():
                 # Listed once adds are paused: a conversation a thread begins until then
                 # is cached by now, and its cached count must go with it.
-                owned = [c for c in self.meta if c.user_id == arg]
+                owned = [c for c in self.convs if c.user_id == arg]
                 return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
         if kind == "flush":
             blocking(self.committer.flush)
             return None
         raise ValueError(f"LevelDBStore does not understand {short_repr(message)}")
 
-    def _meta(self, conv: Conv) -> list[int]:
-        """[next_seq, count, next_ordinal, summary_seq, pinned_count], cached once read."""
-        meta = self.meta.get(conv)
-        if meta is None:
-            raw = self.db.get(keys.conv_prefix(keys.META, conv))
-            meta = [0, 0, 0, -1, 0] if raw is None else list(msgpack.unpackb(raw))
-            self.meta[conv] = meta
-        return meta
+    def _conversation(self, conv: Conv) -> _Conversation:
+        """The conversation's meta and key prefixes, cached once read."""
+        known = self.convs.get(conv)
+        if known is None:
+            known = _Conversation(conv)
+            raw = self.db.get(known.meta_key)
+            if raw is not None:
+                known.meta = list(msgpack.unpackb(raw))
+            self.convs[conv] = known
+        return known
 
     def _read(self, key: bytes, staged: dict[bytes, bytes | None]) -> bytes | None:
         """A key as the next write will find it: this write's own ops, then the queued
@@ -314,9 +316,8 @@ class LevelDBStore(GenServer):
                 f"conversation {conv} no longer holds the batch {follows!r} this write "
                 "follows: it was cleared since; nothing was stored"
             )
-        meta = self._meta(conv)
-        prefix = keys.conv_prefix(keys.MESSAGE, conv)
-        pinned = keys.conv_prefix(keys.PINNED, conv)
+        known = self._conversation(conv)
+        meta, prefix, pinned = known.meta, known.messages, known.pinned
         seq = meta[0]
         ops: list[Op] = []
         for i, message in enumerate(batch):
@@ -333,7 +334,7 @@ class LevelDBStore(GenServer):
             ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged))
         meta[0] += len(batch)
         meta[1] += len(batch)
-        ops.append((keys.conv_prefix(keys.META, conv), msgpack.packb(meta)))
+        ops.append((known.meta_key, msgpack.packb(meta)))
         usage = lt.usage_ops(lambda key: self._read(key, staged), conv, batch)
         for key, value in usage[:2]:  # the running sums: the next add must see them
             staged[key] = value
@@ -399,10 +400,24 @@ class LevelDBStore(GenServer):
             ops.extend((k, None) for k in self.db.iterator(prefix=prefix, include_value=False))
         for conv in convs:
             ops.append((keys.conv_prefix(keys.META, conv), None))
-            self.meta.pop(conv, None)
+            self.convs.pop(conv, None)
         ops.extend(puts)
         self.committer.submit(ops, self.caller())
         # And on disk before the next request: an add handled meanwhile would read the
         # conversation's old meta key back from disk (its count, persisted wrong).
         blocking(self.committer.flush)
         return NO_REPLY
+
+
+class _Conversation:
+    """What the server keeps of a conversation it wrote: its meta (``[next_seq, count,
+    next_ordinal, summary_seq, pinned_count]``, as stored under ``meta_key``) and its key
+    prefixes, encoded once rather than on every add."""
+
+    __slots__ = ("messages", "meta", "meta_key", "pinned")
+
+    def __init__(self, conv: Conv) -> None:
+        self.meta = [0, 0, 0, -1, 0]
+        self.meta_key = keys.conv_prefix(keys.META, conv)
+        self.messages = keys.conv_prefix(keys.MESSAGE, conv)
+        self.pinned = keys.conv_prefix(keys.PINNED, conv)
