@@ -249,3 +249,23 @@ def test_an_answered_call_leaves_nothing_behind_on_its_schedulers_timers() -> No
         assert max(len(s.timers) for s in scheduler.schedulers()) <= 2 * 64
     finally:
         stop_all()
+
+
+class Idle(GenServer):
+    pass
+
+
+def test_an_idle_process_keeps_few_objects_for_the_cyclic_gc() -> None:
+    """A million idle agents are a million of these: each object a process keeps after
+    its start is walked by every full collection (a spent start slot, a lock and a
+    counter with it, was kept for the process's whole life)."""
+    Idle.start()  # the schedulers and their runners exist before counting
+    gc.collect()
+    before = len(gc.get_objects())
+    started = [Idle.start() for _ in range(1_000)]
+    try:
+        gc.collect()
+        assert (len(gc.get_objects()) - before) / len(started) <= 14
+        assert all(h.resolve().ready.is_set() for h in started)
+    finally:
+        stop_all()

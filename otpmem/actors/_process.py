@@ -70,6 +70,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("otpmem.actors")
 
 
+_READY = Event()
+_READY.set()
+
+
 class Process:
     """One incarnation of a server: its identity, its mailbox, its links, its lifecycle."""
 
@@ -161,7 +165,7 @@ class Process:
         self._notified = False
         self._initialized = False
         self._shutdown: ExitReason = None
-        self._started = OneShot()
+        self._started: OneShot | None = OneShot()
         server._process = self
 
     def __repr__(self) -> str:
@@ -181,17 +185,19 @@ class Process:
         live_table.add(self)
         install_exit_hook()
         self.run_state = QUEUED
+        started = self._started  # init lets go of it once answered (see _answer_start)
+        assert started is not None
         if self.home is None and not in_runner():
             in_time = run_here(self, timeout, self._give_up_start)
         else:
             wake(self)
-            in_time = self._started.wait(timeout)
+            in_time = started.wait(timeout)
         if not in_time:
             self._give_up_start()
             self.kill(KILLED, grace=1.0)
             raise InitFailed(repr(self), f"init did not finish within {timeout} s")
-        if self._started.error is not None:
-            raise self._started.error
+        if started.error is not None:
+            raise started.error
 
     def _give_up_start(self) -> None:
         # As proc_lib does: unlink first, so the starter is told by the error only.
@@ -208,18 +214,32 @@ class Process:
         except BaseException as exc:
             if self.killed:
                 self._exit(self.kill_reason, run_terminate=False)
-                self._started.fail(InitFailed(server, self.kill_reason))
+                self._answer_start(InitFailed(server, self.kill_reason))
             else:
                 self._abort_start(exc, InitFailed(server, exc), exc)
             return
         if self.killed:
             self._exit(self.kill_reason, run_terminate=False)
-            self._started.fail(InitFailed(server, self.kill_reason))
+            self._answer_start(InitFailed(server, self.kill_reason))
         elif result is IGNORE:
             self._abort_start(NORMAL, StartIgnored(server), None)
         else:
             self.ready.set()
-            self._started.set(None)
+            # Set for good: every process that started shares one set event from now on.
+            self.ready = _READY
+            self._answer_start(None)
+
+    def _answer_start(self, error: BaseException | None) -> None:
+        # Let go of the start's slot once answered: a process lives on for long after its
+        # start, and a million idle agents would keep a million spent slots (a lock and a
+        # counter each) for the cyclic GC to walk.
+        started, self._started = self._started, None
+        if started is None:
+            return
+        if error is None:
+            started.set(None)
+        else:
+            started.fail(error)
 
     def _abort_start(
         self, reason: ExitReason, error: Exception, cause: BaseException | None
@@ -232,7 +252,7 @@ class Process:
                 self.parent.links.discard(self)
         self._exit(reason, run_terminate=False)
         error.__cause__ = cause
-        self._started.fail(error)
+        self._answer_start(error)
 
     # -- the mailbox ------------------------------------------------------------------------
 
