@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from otpmem.actors.testing import no_leaks  # noqa: F401 - autouse fixture
+from otpmem.agents import AgentHandle
 from otpmem.stores import LevelDBStore, LevelDBStoreHandle
 from tests.cli_support import LockHolder, make_store
 
@@ -101,3 +102,15 @@ def pg_namespace(request: pytest.FixtureRequest) -> str:
 
     stem = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
     return f"t_{stem}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def agents() -> Iterator[list[AgentHandle]]:
+    """Agents to stop at the end of the test (append what you start)."""
+    started: list[AgentHandle] = []
+    try:
+        yield started
+    finally:
+        for agent in started:
+            if agent.alive:
+                agent.stop()

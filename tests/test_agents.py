@@ -49,18 +49,6 @@ def store() -> Iterator[MemoryStoreHandle]:
         handle.stop()
 
 
-@pytest.fixture
-def agents() -> Iterator[list[AgentHandle]]:
-    """Agents to stop at the end of the test (append what you start)."""
-    started: list[AgentHandle] = []
-    try:
-        yield started
-    finally:
-        for agent in started:
-            if agent.alive:
-                agent.stop()
-
-
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 

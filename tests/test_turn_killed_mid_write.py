@@ -66,8 +66,16 @@ class HeldWrite:
         self.store, self.hold, self.in_flight, self.release = store, hold, in_flight, release
 
 
-def _is_answer(message: Any) -> bool:
-    return isinstance(message, tuple) and message[:1] == ("add",) and "turn:t1:1" in message
+def holding_the_answer(held: threading.Event) -> Callable[[Any], bool]:
+    """A fault plan's predicate: the add of turn t1's answer (its step 1), noted in ``held``."""
+
+    def holding(message: Any) -> bool:
+        if isinstance(message, tuple) and message[:1] == ("add",) and "turn:t1:1" in message:
+            held.set()
+            return True
+        return False
+
+    return holding
 
 
 @pytest.fixture(params=["memory", "leveldb", "postgres"])
@@ -91,14 +99,7 @@ def held_write(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HeldW
         return
 
     held, release = threading.Event(), threading.Event()
-
-    def holding(message: Any) -> bool:
-        if _is_answer(message):
-            held.set()
-            return True
-        return False
-
-    plan = FaultPlan().hold_when(holding, release, timeout=WAIT)
+    plan = FaultPlan().hold_when(holding_the_answer(held), release, timeout=WAIT)
     if request.param == "memory":
         store = MemoryStore.start_link(faults=plan)
     else:
@@ -108,15 +109,6 @@ def held_write(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HeldW
     finally:
         release.set()
         store.stop()
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentHandle]]:
-    started: list[AgentHandle] = []
-    yield started
-    for agent in started:
-        if agent.alive:
-            agent.stop()
 
 
 def test_a_retry_waits_for_the_answer_a_killed_attempt_had_in_flight(
@@ -172,18 +164,13 @@ def test_a_retry_waits_for_the_answer_a_killed_attempt_had_in_flight(
     assert writers.held() == 0
 
 
-def test_the_claim_is_freed_when_the_store_dies_with_the_write_still_queued(
-    agents: list[AgentHandle],
-) -> None:
+@contextlib.contextmanager
+def killed_mid_write(agents: list[AgentHandle]) -> Iterator[tuple[Any, threading.Event]]:
+    """A MemoryStore holding turn t1's answer, and the agent that sent it killed meanwhile:
+    (the store, the event that lets the answer land)."""
     held, release = threading.Event(), threading.Event()
-
-    def holding(message: Any) -> bool:
-        if _is_answer(message):
-            held.set()
-            return True
-        return False
-
-    store = MemoryStore.start_link(faults=FaultPlan().hold_when(holding, release, timeout=WAIT))
+    plan = FaultPlan().hold_when(holding_the_answer(held), release, timeout=WAIT)
+    store = MemoryStore.start_link(faults=plan)
     try:
         agent = Agent.start(
             llm=ScriptedModel(Answers(), blocks=False),
@@ -198,13 +185,20 @@ def test_the_claim_is_freed_when_the_store_dies_with_the_write_still_queued(
         faults.kill(agent)
         caller.join(WAIT)
         assert not writers.acquire(CONV, 0), "kept while its write is queued"
-        faults.kill(store)  # the queued call fails with the store: the write is over
-        assert writers.acquire(CONV, WAIT)
-        writers.release(CONV)
+        yield store, release
     finally:
         release.set()
         if store.alive:
             store.stop()
+
+
+def test_the_claim_is_freed_when_the_store_dies_with_the_write_still_queued(
+    agents: list[AgentHandle],
+) -> None:
+    with killed_mid_write(agents) as (store, _):
+        faults.kill(store)  # the queued call fails with the store: the write is over
+        assert writers.acquire(CONV, WAIT)
+        writers.release(CONV)
 
 
 def test_a_write_that_never_answers_holds_the_conversation_at_most_the_linger_limit(
@@ -213,35 +207,10 @@ def test_a_write_that_never_answers_holds_the_conversation_at_most_the_linger_li
     from otpmem.agents import _writers
 
     monkeypatch.setattr(_writers, "LINGER_LIMIT", 0.3)
-    held, release = threading.Event(), threading.Event()
-
-    def holding(message: Any) -> bool:
-        if _is_answer(message):
-            held.set()
-            return True
-        return False
-
-    store = MemoryStore.start_link(faults=FaultPlan().hold_when(holding, release, timeout=WAIT))
-    try:
-        agent = Agent.start(
-            llm=ScriptedModel(Answers(), blocks=False),
-            memory=DefaultProvider(store),
-            conversation_id=CONV.conversation_id,
-            user_id=CONV.user_id,
-        )
-        agents.append(agent)
-        caller = threading.Thread(target=lambda: _swallow(lambda: agent.run("q", turn_id="t1")))
-        caller.start()
-        assert held.wait(WAIT)
-        faults.kill(agent)
-        caller.join(WAIT)
-        assert not writers.acquire(CONV, 0)
+    with killed_mid_write(agents):
         assert writers.acquire(CONV, WAIT), "taken over once the limit passed"
         assert "did not answer within 0.3 s" in caplog.text
         writers.release(CONV)
-    finally:
-        release.set()
-        store.stop()
     assert writers.held() == 0, "the late answer frees nothing that is not its own"
 
 

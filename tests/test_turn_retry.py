@@ -41,15 +41,6 @@ def store(
         handle.stop()
 
 
-@pytest.fixture
-def agents() -> Iterator[list[AgentHandle]]:
-    started: list[AgentHandle] = []
-    yield started
-    for agent in started:
-        if agent.alive:
-            agent.stop()
-
-
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
