@@ -74,9 +74,10 @@ class OneShot:
         return True
 
     def when_answered(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` once this slot is answered (``set`` or ``fail``), also by an answer
-        that comes after its wait ended without one (a timeout, a kill); at once if an
-        answer came already. ``fn`` runs on the answering thread: keep it short."""
+        """For a slot whose wait has ended: run ``fn`` once the work behind it answers
+        (``set`` or ``fail``), also after the wait ended without an answer (a timeout, a
+        kill); at once if an answer came already. ``fn`` may run on the answering
+        thread: keep it short."""
         with _late_lock:
             if self.timed_out and self._after is None:
                 self._after = fn
