@@ -32,58 +32,44 @@ RAW_GOAL = 0.9
 """LevelDBStore durable adds over the same writes done with raw plyvel, at least."""
 
 
-def raw_round(
-    db: Any, writers: int, batches: list[list[dict[str, Any]]], per_add: int, single_puts: bool
+raw_keys = itertools.count()
+
+
+def plyvel_round(
+    db: Any,
+    writers: int,
+    batches: list[list[dict[str, Any]]],
+    per_add: int,
+    *,
+    single_puts: bool = False,
+    numbered: bool = False,
 ) -> float:
-    """``writers`` threads write their batches with raw plyvel, synced, ``per_add``
-    messages per WriteBatch (or one ``put(sync=True)`` each); msgs/s."""
+    """``writers`` threads write their batches straight to plyvel, synced, ``per_add``
+    messages per WriteBatch (or one ``put(sync=True)`` each); msgs/s.
+
+    Raw, each message's number is its place in the batch. ``numbered``, each add first
+    takes its numbers under a lock, as the least a store must do: the bare Python writer.
+    """
     pack, key = msgpack.packb, keys.message_key
+    lock = threading.Lock()
 
     def writes(k: int) -> list[Callable[[], Any]]:
         """This writer's synced writes, under its own prefix, keyed as the store keys them."""
         prefix = keys.conv_prefix(keys.MESSAGE, Conv(f"raw-{k}", "c"))
         base = next(raw_keys) * 1_000_000
+        next_seq = [base]
         mine = batches[k]
 
         def write(i: int) -> None:
             """Messages i .. i + per_add - 1, in one synced write."""
+            seq = base + i
+            if numbered:
+                with lock:
+                    seq = next_seq[0]
+                    next_seq[0] += per_add
             if single_puts:
-                db.put(key(prefix, base + i), pack(mine[i]), sync=True)
+                db.put(key(prefix, seq), pack(mine[i]), sync=True)
                 return
-            batch = db.write_batch(sync=True)
-            for j, message in enumerate(mine[i : i + per_add]):
-                batch.put(key(prefix, base + i + j), pack(message))
-            batch.write()
-
-        return [lambda i=i: write(i) for i in range(0, len(mine), per_add)]
-
-    groups = [writes(k) for k in range(writers)]
-    elapsed = drive(groups, len(groups[0]))
-    return sum(len(b) for b in batches) / elapsed
-
-
-raw_keys = itertools.count()
-
-
-def bare_round(db: Any, writers: int, batches: list[list[dict[str, Any]]], per_add: int) -> float:
-    """The least any Python store on plyvel does per add, from ``writers`` threads: a
-    sequence number under a lock, msgpack, the keys, one synced WriteBatch (no
-    validation, no count, no index); msgs/s. Its ratio to raw bounds what Python
-    bookkeeping on these threads can reach under the GIL."""
-    pack, key = msgpack.packb, keys.message_key
-    lock = threading.Lock()
-
-    def writes(k: int) -> list[Callable[[], Any]]:
-        """This writer's adds, under a prefix of its own."""
-        prefix = keys.conv_prefix(keys.MESSAGE, Conv(f"bare-{k}", "c"))
-        next_seq = [next(raw_keys) * 1_000_000]
-        mine = batches[k]
-
-        def write(i: int) -> None:
-            """Messages i .. i + per_add - 1: numbered, packed, written in one synced batch."""
-            with lock:
-                seq = next_seq[0]
-                next_seq[0] += per_add
             batch = db.write_batch(sync=True)
             for j, message in enumerate(mine[i : i + per_add]):
                 batch.put(key(prefix, seq + j), pack(message))
@@ -120,9 +106,11 @@ def bench_durable_vs_raw(quick: bool, root: Path) -> list[str]:
                     if name == "ours":
                         rates[name] = writers_round(store, writers, batches, per_add)[0]
                     elif name == "raw":
-                        rates[name] = raw_round(db, writers, batches, per_add, single)
+                        rates[name] = plyvel_round(
+                            db, writers, batches, per_add, single_puts=single
+                        )
                     else:
-                        rates[name] = bare_round(db, writers, batches, per_add)
+                        rates[name] = plyvel_round(db, writers, batches, per_add, numbered=True)
                 if r:
                     results[label].append((rates["ours"], rates["raw"], rates["bare"]))
     finally:

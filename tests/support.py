@@ -278,6 +278,22 @@ def run_threads(
     return errors
 
 
+def started_thread(work: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """``work()`` running on a thread of its own; what it raised lands in the list (join the
+    thread first)."""
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread, errors
+
+
 def adds_across_a_kill(
     store: Any, sup: SupervisorHandle, child_id: str, writers: int = 6
 ) -> tuple[dict[int, list[str]], list[BaseException]]:

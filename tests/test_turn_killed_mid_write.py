@@ -30,6 +30,7 @@ from otpmem.memory import DefaultProvider
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, MemoryStore
 from otpmem.stores.postgres import PostgresStore
+from tests.support import started_thread
 from tests.test_postgres_store import read_waits_on_a_lock
 
 WAIT = 10.0
@@ -129,16 +130,7 @@ def test_a_retry_waits_for_the_answer_a_killed_attempt_had_in_flight(
         return started
 
     first = agent()
-    outcome: list[BaseException] = []
-
-    def run_first() -> None:
-        try:
-            first.run("q", turn_id="t1")
-        except BaseException as exc:
-            outcome.append(exc)
-
-    caller = threading.Thread(target=run_first)
-    caller.start()
+    caller, outcome = started_thread(lambda: first.run("q", turn_id="t1"))
     assert held_write.in_flight(), "the answer's write never got under way"
     faults.kill(first)  # its answer is in flight: at the store, or in PostgreSQL
     caller.join(WAIT)
@@ -179,11 +171,11 @@ def killed_mid_write(agents: list[AgentHandle]) -> Iterator[tuple[Any, threading
             user_id=CONV.user_id,
         )
         agents.append(agent)
-        caller = threading.Thread(target=lambda: _swallow(lambda: agent.run("q", turn_id="t1")))
-        caller.start()
+        caller, outcome = started_thread(lambda: agent.run("q", turn_id="t1"))
         assert held.wait(WAIT)
         faults.kill(agent)
         caller.join(WAIT)
+        assert outcome and isinstance(outcome[0], ServerExited)
         assert not writers.acquire(CONV, 0), "kept while its write is queued"
         yield store, release
     finally:
@@ -212,11 +204,6 @@ def test_a_write_that_never_answers_holds_the_conversation_at_most_the_linger_li
         assert "did not answer within 0.3 s" in caplog.text
         writers.release(CONV)
     assert writers.held() == 0, "the late answer frees nothing that is not its own"
-
-
-def _swallow(work: Callable[[], Any]) -> None:
-    with contextlib.suppress(BaseException):  # the killed turn's ServerExited
-        work()
 
 
 def test_an_answer_after_the_wait_ended_is_heard_by_when_answered() -> None:

@@ -21,6 +21,7 @@ from otpmem.llm import ChatResponse, ModelError, ScriptedModel, tool_call
 from otpmem.memory import CANCELLED, DefaultProvider, valid_context
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStoreHandle, MemoryStore
+from tests.support import started_thread
 
 WAIT = 10.0
 CONV_ID, USER = "retry", "alice"
@@ -214,16 +215,7 @@ def test_a_killed_turn_retried_continues_and_stores_each_message_once(
 
     model = Model()
     agent = start(store, model, agents, tools=(slow_add,))
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            agent.run("what is 2+3?", turn_id="t1")
-        except BaseException as exc:
-            outcome.append(exc)
-
-    caller = threading.Thread(target=run)
-    caller.start()
+    caller, outcome = started_thread(lambda: agent.run("what is 2+3?", turn_id="t1"))
     assert entered.wait(WAIT)
     faults.kill(agent, grace=0.5)  # mid-tool: the call and the user message are stored
     release.set()
@@ -264,16 +256,7 @@ def test_a_turn_whose_conversation_is_cleared_under_it_stays_cleared(
 
     model = Model()
     agent = start(store, model, agents, tools=(slow_add,))
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            agent.run("what is 2+3?", turn_id="t1")
-        except BaseException as exc:
-            failures.append(exc)
-
-    caller = threading.Thread(target=run)
-    caller.start()
+    caller, failures = started_thread(lambda: agent.run("what is 2+3?", turn_id="t1"))
     assert entered.wait(WAIT)
     if how == "clear":
         store.clear(CONV)

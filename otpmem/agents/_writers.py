@@ -80,11 +80,8 @@ class Writers:
                 if held.lingers_until is not None:
                     remaining = min(remaining, held.lingers_until - now)
                 freed = Event()
-                queue = self._waiters.setdefault(key, [])
-                queue.append(freed)
-            if not freed.wait(remaining):
-                with self._lock, contextlib.suppress(ValueError):
-                    queue.remove(freed)
+                self._waiters.setdefault(key, []).append(freed)
+            freed.wait(remaining)
 
     def release(self, key: Hashable, holder: object | None = None) -> None:
         """Release ``key`` if ``holder`` (default: the caller) holds it; wake its waiters.
@@ -128,11 +125,6 @@ class Writers:
         """How many conversations are claimed right now."""
         with self._lock:
             return len(self._holders)
-
-    def waiting(self, key: Hashable) -> int:
-        """How many turns wait for ``key`` right now."""
-        with self._lock:
-            return len(self._waiters.get(key, ()))
 
 
 def _overdue(held: _Claim, now: float) -> bool:
