@@ -34,7 +34,7 @@ from bench_stores import LAST, SMALL, messages
 
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore
-from otpmem.stores import _leveldb_keys as keys
+from otpmem.stores.leveldb import keys
 
 FLAT_GET_GOAL = 1.5
 """get(last=50) time from the big conversation over the 1,000-message one, at most."""

@@ -26,7 +26,7 @@ from bench_stores import messages, writers_round
 
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore
-from otpmem.stores import _leveldb_keys as keys
+from otpmem.stores.leveldb import keys
 
 RAW_GOAL = 0.9
 """LevelDBStore durable adds over the same writes done with raw plyvel, at least."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from _common import ratio_summary, verdict
 
-from otpmem._sim_nodes import ClusterSimulation
+from otpmem.simulate import ClusterSimulation
 
 GOAL = 1.5
 

@@ -53,7 +53,7 @@ from _common import (
 from otpmem.actors import GenServer
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore, LevelDBStoreHandle, MemoryStore
-from otpmem.stores import _leveldb_keys as keys
+from otpmem.stores.leveldb import keys
 
 ADD_VS_ASK_GOAL = 1.2
 """MemoryStore add throughput over a bare pykka ask roundtrip, at least."""

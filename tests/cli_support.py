@@ -240,4 +240,5 @@ def nodes_after_a_tenth(proc: subprocess.Popen[str]) -> list[psutil.Process]:
             break
     else:
         pytest.fail("the run ended before a tenth of it was done")
-    return [p for p in psutil.Process(proc.pid).children() if "otpmem._sim_node" in p.cmdline()]
+    children = psutil.Process(proc.pid).children()
+    return [p for p in children if "otpmem.simulate._node" in p.cmdline()]

@@ -108,7 +108,7 @@ def test_an_unreachable_server_is_a_store_error_naming_it(no_app: None, tmp_path
     dsn = f"postgresql://nobody@/db?host={tmp_path}&connect_timeout=2"
     with pytest.raises(Exception) as failed:
         otpmem.start(dsn=dsn)
-    from otpmem.store_files import store_error_in
+    from otpmem.stores.leveldb.files import store_error_in
 
     cause = store_error_in(failed.value)
     assert isinstance(cause, StoreUnavailable)

@@ -31,7 +31,7 @@ def nodes_of(data: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "otpmem._sim_node" in (proc.info["cmdline"] or []) and proc.cwd() == str(data):
+            if "otpmem.simulate._node" in (proc.info["cmdline"] or []) and proc.cwd() == str(data):
                 found.append(proc)
         except psutil.Error:
             continue  # gone meanwhile

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from otpmem.stores._group_commit import GroupCommit
+from otpmem.stores.postgres._group_commit import GroupCommit
 from tests.support import run_threads
 
 WAIT = 10.0

@@ -12,7 +12,7 @@ import pytest
 
 from otpmem.actors.runtime import OneShot
 from otpmem.stores import StoreError
-from otpmem.stores._committer import MISSING, Committer
+from otpmem.stores.leveldb._committer import MISSING, Committer
 
 WAIT = 10.0
 

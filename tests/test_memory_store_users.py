@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from otpmem.actors import faults
 from otpmem.messages import Conv
 from otpmem.stores import MemoryStore, MemoryStoreHandle
-from otpmem.stores.memory import UserKey
+from otpmem.stores.memory._users import UserKey
 from otpmem.supervisors import Supervisor
 
 

@@ -15,8 +15,14 @@ from psycopg import sql
 
 import otpmem
 from otpmem.messages import Conv, freeze_batch
-from otpmem.stores._pg_leases import Leases, lease_lock_prefix
-from otpmem.stores.postgres import Fence, LeaseLost, PostgresStore, PostgresStoreHandle
+from otpmem.stores.postgres import (
+    Fence,
+    LeaseLost,
+    Leases,
+    PostgresStore,
+    PostgresStoreHandle,
+    lease_lock_prefix,
+)
 from tests.support import run_threads
 
 WAIT = 30.0

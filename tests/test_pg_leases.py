@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from otpmem.stores._pg_leases import Heartbeat, Leases, ensure_leases
+from otpmem.stores.postgres import Heartbeat, Leases, ensure_leases
 
 WAIT = 30.0
 NAMES = [f"sim-{i}" for i in range(40)]
@@ -42,7 +42,7 @@ def owner_process(dsn: str, namespace: str, owner: str, body: str) -> subprocess
     """A child process with ``leases`` (ttl 1 s) as ``owner``, running ``body``."""
     script = (
         "import json, sys, time\n"
-        "from otpmem.stores._pg_leases import Heartbeat, Leases\n"
+        "from otpmem.stores.postgres import Heartbeat, Leases\n"
         f"leases = Leases({dsn!r}, {namespace!r}, owner={owner!r}, ttl=1.0)\n"
         + textwrap.dedent(body)
     )

@@ -10,11 +10,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from otpmem._sim_files import RunRefused
-from otpmem._sim_nodes import ClusterSimulation, merge_ledgers
 from otpmem.messages import Conv
-from otpmem.stores._pg_leases import Leases, ensure_leases
-from otpmem.stores.postgres import PostgresStore
+from otpmem.simulate import ClusterSimulation, RunRefused, merge_ledgers
+from otpmem.stores.postgres import Leases, PostgresStore, ensure_leases
 
 
 def test_a_turn_a_dead_node_half_stored_is_continued_by_its_successor_once(

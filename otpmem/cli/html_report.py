@@ -18,8 +18,7 @@ from .errors import CommandError
 from .output import write_text
 
 if TYPE_CHECKING:
-    from .._sim_timeline import Bucket
-    from ..simulate import SimulationReport
+    from ..simulate import Bucket, SimulationReport
 
 PLOTLY_MISSING = (
     "--report needs plotly, which this installation lacks: pip install 'otpmem[report]'"

@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from .. import store_files
 from ..actors import NoProcess, ServerExited
 from ..stores import parse_import
+from ..stores.leveldb import files as store_files
 from .errors import CommandError, existing_file, guarded
 from .output import line, plural
 from .params import data_argument

@@ -1,6 +1,6 @@
 """``otpmem inspect``, ``export`` and ``search``: read a store, write nothing to it.
 
-Each opens a snapshot of the store (see ``otpmem.store_files``), so its directory keeps
+Each opens a snapshot of the store (see ``otpmem.stores.leveldb.files``), so its directory keeps
 every file name and byte it had, and a store another process holds is refused at once.
 """
 

@@ -293,7 +293,8 @@ def simulate(
     )
     client = None
     if flags["model"] == "openai":
-        from .model import openai_model, probe
+        from ..simulate import openai_model
+        from .model import probe
 
         probe(flags["base_url"], hint)  # before anything is created: a dead URL stores nothing
         client = openai_model(flags["base_url"], flags["model_name"], hint)
@@ -321,7 +322,7 @@ def simulate(
     }
     simulation: Simulation
     if nodes_options.kind_of(flags["store"]) == nodes_options.POSTGRES:
-        from .._sim_nodes import ClusterSimulation
+        from ..simulate import ClusterSimulation
 
         stored = RunParams.load(data) if resume else None
         simulation = ClusterSimulation(

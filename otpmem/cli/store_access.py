@@ -21,10 +21,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import store_files
 from ..messages import Conv, ConvLike
 from ..simulate import RunParams, RunRefused
 from ..stores import LevelDBStore, LevelDBStoreHandle, SearchHit, StoreError
+from ..stores.leveldb import files as store_files
 from .errors import CommandError
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def postgres_run(path: Path) -> dict[str, str] | None:
 def _postgres(path: Path, store: dict[str, str]) -> Iterator[PostgresStoreHandle]:
     """The run's PostgresStore, started on its server (the embedded one started for the
     block); a run whose schema is not there yet is refused, not created."""
-    from .._sim_nodes import EMBEDDED_NAMESPACE
+    from ..simulate import EMBEDDED_NAMESPACE
     from ..stores.postgres import (
         PostgresStore,
         embedded_server,

@@ -1,4 +1,10 @@
-"""Stores: conversations owned by servers. MemoryStore (ETS analogue), LevelDBStore (DETS)."""
+"""Stores: conversations owned by servers. MemoryStore (the ETS analogue), LevelDBStore
+(DETS), PostgresStore (shared by nodes; the ``postgres`` extra, imported on first use).
+
+One subpackage per backend: ``otpmem.stores.memory``, ``.leveldb``, ``.postgres``.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from ._base import (
     EXPORT_FORMAT,
@@ -17,7 +23,6 @@ from ._base import (
     StoreUnavailable,
 )
 from ._documents import parse_import
-from ._memory_handle import MemoryStoreHandle
 from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
 from .longterm import (
@@ -29,7 +34,22 @@ from .longterm import (
     Usage,
     usage_of,
 )
-from .memory import MemoryStore
+from .memory import MemoryStore, MemoryStoreHandle
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore, PostgresStoreHandle
+
+_POSTGRES = ("PostgresStore", "PostgresStoreHandle")
+
+
+def __getattr__(name: str) -> Any:
+    """PostgresStore and its handle, imported on first use (they need psycopg)."""
+    if name in _POSTGRES:
+        from . import postgres
+
+        return getattr(postgres, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_STORE_NAME",
@@ -49,6 +69,8 @@ __all__ = [
     "LongTermStore",
     "MemoryStore",
     "MemoryStoreHandle",
+    "PostgresStore",
+    "PostgresStoreHandle",
     "Profile",
     "SearchHit",
     "StoreCorrupt",

@@ -23,21 +23,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._sim_files import (
+from ..llm import ModelError
+from ..stores.postgres import connected, embedded_server
+from ._files import (
     Ledger,
     RunParams,
     RunRefused,
     check_run_directory,
     ledger_paths,
 )
-from ._sim_model import ModelFailed
-from ._sim_node import EXIT_MODEL_FAILED
-from ._sim_node_config import NodeConfig, summary_path
-from ._sim_placement import Placement, placement
-from ._sim_timeline import Timeline
-from .llm import ModelError
-from .simulate import Simulation, SimulationReport, _conv_id
-from .stores.postgres import connected, embedded_server
+from ._model import ModelFailed
+from ._node import EXIT_MODEL_FAILED
+from ._node_config import NodeConfig, summary_path
+from ._placement import Placement, placement
+from ._simulation import Simulation, SimulationReport, _conv_id
+from ._timeline import Timeline
 
 POLL = 0.1
 EMBEDDED_NAMESPACE = "otpmem_sim"
@@ -98,7 +98,7 @@ class ClusterSimulation(Simulation):
     @property
     def params(self) -> RunParams:
         """The run's parameters, with its store (the DSN without a password) and nodes."""
-        from .stores.postgres import redact
+        from ..stores.postgres import redact
 
         store = {"kind": "postgres", "dsn": redact(self.dsn or ""), "namespace": self.ns}
         return RunParams(
@@ -135,7 +135,7 @@ class ClusterSimulation(Simulation):
 
     def _run(self, where: Placement, started: float, wall0: float) -> SimulationReport:
         with self._database() as dsn, self._run_lock(dsn):
-            from .stores.postgres import Leases, PostgresStore, ensure_leases
+            from ..stores.postgres import Leases, PostgresStore, ensure_leases
 
             store = PostgresStore.start_link(dsn, namespace=self.ns)  # makes the schema
             leases = Leases(dsn, self.ns, owner="coordinator", ttl=self.lease_ttl)

@@ -11,13 +11,13 @@ from typing import Any
 
 import msgpack
 
-from ..actors import Handle, NoProcess, current
-from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
-from . import _leveldb_keys as keys
-from . import _leveldb_longterm as lt
-from ._base import StoredWindow, check_key, check_last
-from ._client import CheckedAdd, StoreClient
-from ._longterm_client import LongTermClient
+from ...actors import Handle, NoProcess, current
+from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
+from .._base import StoredWindow, check_key, check_last
+from .._client import CheckedAdd, StoreClient
+from .._longterm_client import LongTermClient
+from . import _longterm as lt
+from . import keys
 
 READY_TIMEOUT = 30.0
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..actors import Table
-from ..messages import Conv
+from ...actors import Table
+from ...messages import Conv
 
 # A user's conversations, oldest first, as a snapshot over an append-only list like the
 # messages': (conversations, n). It lives in the store's table under ``UserKey``.

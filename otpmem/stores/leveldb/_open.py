@@ -19,10 +19,10 @@ from typing import Any
 import msgpack
 import plyvel
 
-from ..actors import NoProcess, sleep
-from ..messages import Conv, is_pinned, is_summary
-from . import _leveldb_keys as keys
-from ._base import StoreCorrupt, StoreLocked, StoreUnavailable
+from ...actors import NoProcess, sleep
+from ...messages import Conv, is_pinned, is_summary
+from .._base import StoreCorrupt, StoreLocked, StoreUnavailable
+from . import keys
 
 logger = logging.getLogger("otpmem.stores")
 

@@ -17,12 +17,10 @@ from typing import Any
 import msgpack
 from psycopg import sql
 
-from ..messages import Conv, FrozenDict, is_pinned, is_summary
-from ._base import KEYS_KEPT, ConversationCleared
-from ._client import CheckedAdd
-from ._pg_leases import Fence
-from ._pg_schema import FENCES_LOST, user_key
-from .longterm import (
+from ...messages import Conv, FrozenDict, is_pinned, is_summary
+from .._base import KEYS_KEPT, ConversationCleared
+from .._client import CheckedAdd
+from ..longterm import (
     Fact,
     Profile,
     Usage,
@@ -31,6 +29,8 @@ from .longterm import (
     fact_from_list,
     plan_facts,
 )
+from ._leases import Fence
+from ._schema import FENCES_LOST, user_key
 
 Add = CheckedAdd
 """One add as every store takes it: the conversation, the batch, its key, the key it follows."""

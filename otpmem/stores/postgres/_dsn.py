@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..reprs import short_repr
+from ...reprs import short_repr
 
 
 def redact(dsn: str) -> str:

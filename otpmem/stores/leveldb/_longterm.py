@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ..messages import Conv, ConvLike, as_conv
-from . import _leveldb_keys as keys
-from .longterm import (
+from ...messages import Conv, ConvLike, as_conv
+from ..longterm import (
     Fact,
     Profile,
     Usage,
@@ -41,6 +40,7 @@ from .longterm import (
     fact_from_list,
     plan_facts,
 )
+from . import keys
 
 FACT = b"f"
 HISTORY = b"h"

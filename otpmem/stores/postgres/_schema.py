@@ -20,8 +20,8 @@ from typing import Any
 
 from psycopg import sql
 
-from ._base import StoreUnavailable
-from ._pg_leases import lease_lock_prefix
+from .._base import StoreUnavailable
+from ._leases import lease_lock_prefix
 
 SCHEMA_VERSION = 2
 _NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._base import StoreUnavailable
-from ._pg_dsn import check_dsn
+from .._base import StoreUnavailable
+from ._dsn import check_dsn
 
 CONNECT_TIMEOUT = 10
 STATEMENT_TIMEOUT_MS = 10_000

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import store_files
+from ..stores.leveldb import files as store_files
 
 LEDGER = "ledger.jsonl"
 PARAMS = "run.json"
@@ -111,7 +111,7 @@ def _compared(name: str, value: Any) -> Any:
     """A parameter as two runs are compared by: a store's DSN without its password."""
     if name != "store" or not value.get("dsn"):
         return value
-    from .stores.postgres import unredacted
+    from ..stores.postgres import unredacted
 
     return {**value, "dsn": unredacted(value["dsn"])}
 

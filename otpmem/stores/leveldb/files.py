@@ -29,7 +29,7 @@ from typing import Any
 
 import plyvel
 
-from .stores import StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
+from .. import StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
 
 TABLE = re.compile(r"^\d+\.(ldb|sst)$")
 REWRITTEN = re.compile(r"^(CURRENT|MANIFEST-\d+|\d+\.log)$")

@@ -10,7 +10,7 @@ ledger (``ledger-NODE.jsonl``) and then advances the lease's progress; it stops 
 a conversation the moment the database says its lease is gone. In-process chaos (store and
 agent faults) is the one-process simulation's; whole-node faults come from the coordinator.
 
-Run by a placement: ``python -m otpmem._sim_node`` reads a ``NodeConfig`` line on stdin
+Run by a placement: ``python -m otpmem.simulate._node`` reads a ``NodeConfig`` line on stdin
 (then ``stop`` ends it after the turns in flight, and end of input, the coordinator gone,
 SIGKILLs it: a node never outlives its run), or ``run_node(config, stop)`` in a Ray actor.
 """
@@ -28,17 +28,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import simulate
-from ._sim_files import Ledger
-from ._sim_model import add, scripted_arithmetic
-from ._sim_node_config import NodeConfig, ledger_path, write_summary
-from ._sim_timeline import Timeline
-from .agents import AgentHandle
-from .app import start, start_agent
-from .llm import ChatModel, ScriptedModel
-from .messages import Conv
-from .stores import StoreError, default_store
-from .stores.postgres import Heartbeat, Lease, Leases
+from ..agents import AgentHandle
+from ..app import start, start_agent
+from ..llm import ChatModel, ScriptedModel
+from ..messages import Conv
+from ..stores import StoreError, default_store
+from ..stores.postgres import Heartbeat, Lease, Leases
+from . import _simulation as simulate
+from ._files import Ledger
+from ._model import add, scripted_arithmetic
+from ._node_config import NodeConfig, ledger_path, write_summary
+from ._timeline import Timeline
 
 EXIT_MODEL_FAILED = 3
 EXIT_UNAVAILABLE = 2
@@ -335,7 +335,7 @@ class NodeSimulation(simulate.Simulation):
 def _model(info: dict[str, str]) -> ChatModel:
     if info.get("kind", "scripted") == "scripted":
         return ScriptedModel(scripted_arithmetic)
-    from .cli.model import openai_model
+    from ._model import openai_model
 
     return openai_model(
         info["base_url"], info["name"], lambda text: print(text, file=sys.stderr, flush=True)
@@ -372,7 +372,7 @@ def _watch_stdin(stop: threading.Event) -> None:
 
 
 def main() -> int:
-    """``python -m otpmem._sim_node``: a NodeConfig line on stdin, then ``stop`` or EOF."""
+    """``python -m otpmem.simulate._node``: a NodeConfig line on stdin, then ``stop`` or EOF."""
     config = NodeConfig.loads(sys.stdin.readline())
     # Ctrl-C in a terminal reaches the whole process group: the coordinator answers it (it
     # asks the nodes to stop after the turns in flight), not each node on its own.

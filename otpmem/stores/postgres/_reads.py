@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 from psycopg import sql
 
-from ..actors import blocking
-from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
-from ._base import KEYS_KEPT, StoredWindow, check_key, check_last
-from ._pg_schema import from_user_key, user_key
-from ._pg_writes import as_decimal
-from .longterm import (
+from ...actors import blocking
+from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
+from .._base import KEYS_KEPT, StoredWindow, check_key, check_last
+from ..longterm import (
     Fact,
     Profile,
     Usage,
@@ -26,6 +24,8 @@ from .longterm import (
     check_user,
     fact_from_list,
 )
+from ._schema import from_user_key, user_key
+from ._writes import as_decimal
 
 _SQL = {
     "all": "SELECT body FROM {ns}.messages WHERE user_key = %s AND conversation_id = %s "

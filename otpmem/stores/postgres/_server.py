@@ -25,26 +25,25 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..actors import (
+from ...actors import (
     GenServer,
     Handle,
     NoProcess,
     blocking,
     on_exit,
 )
-from ..actors.faults import FaultPlan
-from ..messages import short_repr
-from ..supervisors import ChildSpec, SupervisorEvent
-from ._base import (
+from ...actors.faults import FaultPlan
+from ...messages import short_repr
+from ...supervisors import ChildSpec, SupervisorEvent
+from .._base import (
     STORE_INTENSITY,
     STORE_PERIOD,
-    LeaseLost,
     StoreUnavailable,
 )
-from ._client import StoreClient, parse_request
-from ._group_commit import GroupCommit
-from ._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
-from ._pg_commit import (
+from .._client import StoreClient, parse_request
+from .._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from .._supervised import spawn_store, supervised_store
+from ._commit import (
     CALLER_ERRORS,
     CONNECT_TIMEOUT,
     IDLE_IN_TRANSACTION_MS,
@@ -53,13 +52,13 @@ from ._pg_commit import (
     FenceOf,
     refused,
 )
-from ._pg_dsn import check_dsn, redact, unredacted
-from ._pg_embedded import embedded_dsn, embedded_server
-from ._pg_leases import Fence, Heartbeat, Lease, Leases, ensure_leases
-from ._pg_reads import PostgresReads, compose
-from ._pg_schema import check_namespace, ensure_schema
-from ._pg_writes import Writes
-from ._supervised import spawn_store, supervised_store
+from ._dsn import check_dsn, redact
+from ._embedded import embedded_dsn
+from ._group_commit import GroupCommit
+from ._leases import ensure_leases
+from ._reads import PostgresReads, compose
+from ._schema import check_namespace, ensure_schema
+from ._writes import Writes
 
 logger = logging.getLogger("otpmem.stores")
 
@@ -337,20 +336,4 @@ class PostgresStore(Committing, GenServer):
             self.writes.append_group(cur, adds)
 
 
-__all__ = [
-    "Fence",
-    "Heartbeat",
-    "Lease",
-    "LeaseLost",
-    "Leases",
-    "PostgresStore",
-    "PostgresStoreHandle",
-    "check_dsn",
-    "connected",
-    "embedded_dsn",
-    "embedded_server",
-    "ensure_leases",
-    "redact",
-    "schema_exists",
-    "unredacted",
-]
+__all__ = ["PostgresStore", "PostgresStoreHandle", "connected", "schema_exists"]

@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..actors import CallingSelf, Handle, Killed, NoProcess, Table, TableError, current
-from ..actors.runtime import Process, lookup
-from ..messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
-from . import _longterm_table as lt
-from ._base import StoredWindow, check_key, check_last
-from ._client import CheckedAdd, StoreClient, parse_request
-from ._longterm_client import LongTermClient
-from ._user_index import UserIndex, UserKey
+from ...actors import CallingSelf, Handle, Killed, NoProcess, Table, TableError, current
+from ...actors.runtime import Process, lookup
+from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
+from .._base import StoredWindow, check_key, check_last
+from .._client import CheckedAdd, StoreClient, parse_request
+from .._longterm_client import LongTermClient
+from . import _longterm as lt
+from ._users import UserIndex, UserKey
 
 if TYPE_CHECKING:
-    from .memory import MemoryStore
+    from ._server import MemoryStore
 
 READY_TIMEOUT = 5.0
 WRITES_HERE = frozenset({"add", "import"})

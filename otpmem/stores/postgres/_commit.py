@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ..actors import Handle, NoProcess
-from ..messages import Conv, InvalidMessage
-from ._base import ConversationCleared, LeaseLost, StoreUnavailable
-from ._pg_dsn import redact
-from ._pg_leases import Fence
-from ._pg_writes import Add, FencesLost, Writes, check_appended
-from .longterm import FactLimitReached
+from ...actors import Handle, NoProcess
+from ...messages import Conv, InvalidMessage
+from .._base import ConversationCleared, LeaseLost, StoreUnavailable
+from ..longterm import FactLimitReached
+from ._dsn import redact
+from ._leases import Fence
+from ._writes import Add, FencesLost, Writes, check_appended
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 10.0

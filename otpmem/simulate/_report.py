@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .simulate import SimulationReport
+    from ._simulation import SimulationReport
 
 
 def plural(count: int, noun: str) -> str:

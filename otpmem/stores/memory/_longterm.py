@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..messages import Conv, ConvLike, as_conv
-from .longterm import (
+from ...messages import Conv, ConvLike, as_conv
+from ..longterm import (
     Fact,
     Profile,
     Usage,

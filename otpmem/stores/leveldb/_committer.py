@@ -24,9 +24,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..actors import ReplyTo, reply, reply_error
-from ..actors.runtime import OneShot
-from ._base import StoreError
+from ...actors import ReplyTo, reply, reply_error
+from ...actors.runtime import OneShot
+from .._base import StoreError
 
 logger = logging.getLogger("otpmem.stores")
 

@@ -24,28 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import store_files
-from ._sim_files import (
+from ..actors import CallTimeout, NoProcess, ServerExited, faults
+from ..actors.faults import FaultPlan
+from ..agents import AgentHandle, Callbacks, TurnFailed
+from ..app import start, start_agent
+from ..guardrails import PolicyViolation, TokenBudget
+from ..llm import ChatModel, ScriptedModel
+from ..messages import Conv
+from ..stores import default_store
+from ..stores.leveldb import files as store_files
+from ..supervisors import SupervisorEvent, SupervisorHandle
+from ._files import (
     LEDGER,
-    PARAMS,
     Ledger,
     RunMismatch,
     RunParams,
-    RunRefused,
     check_run_directory,
 )
-from ._sim_model import ModelFailed, ModelWatch, add, scripted_arithmetic
-from ._sim_report import report_lines, verdict_lines
-from ._sim_timeline import Timeline
-from .actors import CallTimeout, NoProcess, ServerExited, faults
-from .actors.faults import FaultPlan
-from .agents import AgentHandle, Callbacks, TurnFailed
-from .app import AGENTS_NAME, start, start_agent
-from .guardrails import PolicyViolation, TokenBudget
-from .llm import ChatModel, ScriptedModel
-from .messages import Conv
-from .stores import default_store
-from .supervisors import SupervisorEvent, SupervisorHandle
+from ._model import ModelFailed, ModelWatch, add, scripted_arithmetic
+from ._report import report_lines, verdict_lines
+from ._timeline import Timeline
 
 USER_ID = "sim"
 FAULTS = ("kill_store", "crash_store", "kill_agent", "crash_agent_on_message")
@@ -469,16 +467,4 @@ def _agent_name(i: int) -> str:
     return f"otpmem.sim.agent-{i}"
 
 
-__all__ = [
-    "AGENTS_NAME",
-    "LEDGER",
-    "PARAMS",
-    "Ledger",
-    "ModelFailed",
-    "RunMismatch",
-    "RunParams",
-    "RunRefused",
-    "Simulation",
-    "SimulationReport",
-    "scripted_arithmetic",
-]
+__all__ = ["USER_ID", "Simulation", "SimulationReport"]

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._base import StoreUnavailable
+from .._base import StoreUnavailable
 
 NOT_INSTALLED = (
     "no DSN was given and the embedded PostgreSQL is not installed: "

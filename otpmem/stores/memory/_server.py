@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..actors import (
+from ...actors import (
     GenServer,
     Handle,
     NoProcess,
@@ -35,18 +35,17 @@ from ..actors import (
     on_exit,
     writing_for,
 )
-from ..actors.faults import FaultPlan
-from ..actors.runtime import Process
-from ..messages import (
+from ...actors.faults import FaultPlan
+from ...actors.runtime import Process
+from ...messages import (
     Conv,
     InvalidMessage,
     is_pinned,
     is_summary,
     short_repr,
 )
-from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
-from . import _longterm_table as lt
-from ._base import (
+from ...supervisors import ChildSpec, Supervisor, SupervisorEvent
+from .._base import (
     KEYS_KEPT,
     STORE_INTENSITY,
     STORE_PERIOD,
@@ -54,11 +53,12 @@ from ._base import (
     crash_server,
     raise_write_crash,
 )
-from ._client import parse_request
-from ._longterm_client import LONGTERM_KINDS, parse_longterm
-from ._memory_handle import WRITES_HERE, MemoryStoreHandle, TableKey, _Snapshot, table_key
-from ._user_index import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
-from .longterm import FactLimitReached
+from .._client import parse_request
+from .._longterm_client import LONGTERM_KINDS, parse_longterm
+from ..longterm import FactLimitReached
+from . import _longterm as lt
+from ._handle import WRITES_HERE, MemoryStoreHandle, TableKey, _Snapshot, table_key
+from ._users import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
 
 CLOSE_TIMEOUT = 1.0  # how long an exiting store waits for a caller's write in progress
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import struct
 
-from ..messages import Conv
+from ...messages import Conv
 
 MESSAGE = b"m"
 META = b"c"

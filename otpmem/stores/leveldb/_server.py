@@ -26,10 +26,10 @@ from typing import Any
 
 import msgpack
 
-from ..actors import NO_REPLY, CallTimeout, GenServer, blocking, on_exit
-from ..actors.faults import FaultPlan
-from ..actors.runtime import OneShot
-from ..messages import (
+from ...actors import NO_REPLY, CallTimeout, GenServer, blocking, on_exit
+from ...actors.faults import FaultPlan
+from ...actors.runtime import OneShot
+from ...messages import (
     Conv,
     FrozenDict,
     InvalidMessage,
@@ -37,10 +37,8 @@ from ..messages import (
     is_summary,
     short_repr,
 )
-from ..supervisors import ChildSpec, SupervisorEvent
-from . import _leveldb_keys as keys
-from . import _leveldb_longterm as lt
-from ._base import (
+from ...supervisors import ChildSpec, SupervisorEvent
+from .._base import (
     KEYS_KEPT,
     STORE_INTENSITY,
     STORE_PERIOD,
@@ -49,10 +47,15 @@ from ._base import (
     crash_server,
     raise_write_crash,
 )
-from ._client import CheckedAdd, parse_request
+from .._client import CheckedAdd, parse_request
+from .._longterm_client import LONGTERM_KINDS, parse_longterm
+from .._supervised import spawn_store, supervised_store
+from ..longterm import FactLimitReached
+from . import _longterm as lt
+from . import keys
 from ._committer import MISSING, Committer, Op
-from ._leveldb_handle import READY_TIMEOUT, LevelDBStoreHandle
-from ._leveldb_open import (
+from ._handle import READY_TIMEOUT, LevelDBStoreHandle
+from ._open import (
     ReadGate,
     adopt,
     directory_identity,
@@ -60,9 +63,6 @@ from ._leveldb_open import (
     open_db,
     park,
 )
-from ._longterm_client import LONGTERM_KINDS, parse_longterm
-from ._supervised import spawn_store, supervised_store
-from .longterm import FactLimitReached
 
 __all__ = ["READY_TIMEOUT", "LevelDBStore", "LevelDBStoreHandle"]
 

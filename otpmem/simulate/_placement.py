@@ -3,7 +3,7 @@ process and can SIGKILL it; nothing else. Ownership and failover are decided thr
 database (leases), never by the placement.
 
 - ``LocalPlacement`` (the default): each node a subprocess of the coordinator,
-  ``python -m otpmem._sim_node``, its config on stdin, its stderr in ``nodes/NODE.log``.
+  ``python -m otpmem.simulate._node``, its config on stdin, its stderr in ``nodes/NODE.log``.
   End of its stdin (the coordinator died) SIGKILLs it: no node outlives its run.
 - ``RayPlacement`` (``--cluster ray``): each node a Ray actor process, on the local Ray it
   starts, or the cluster ``RAY_ADDRESS`` names (``--data`` then must be a directory every
@@ -28,9 +28,9 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._sim_files import RunRefused
-from ._sim_node import run_node
-from ._sim_node_config import NodeConfig
+from ._files import RunRefused
+from ._node import run_node
+from ._node_config import NodeConfig
 
 KILLED = -signal.SIGKILL
 RAY_TIMEOUT = 60.0
@@ -82,7 +82,7 @@ class LocalNode:
         package_root = str(Path(__file__).resolve().parent.parent)
         path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "otpmem._sim_node"],
+            [sys.executable, "-m", "otpmem.simulate._node"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=self._log,

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from .llm import ModelError, tool_call
+import httpx
+
+from ..llm import ModelError, OpenAIClient, tool_call
 
 
 def add(a: int, b: int) -> int:
@@ -102,4 +105,65 @@ class ModelWatch:
         return None
 
 
-__all__ = ["ModelFailed", "ModelWatch", "add", "model_error", "scripted_arithmetic"]
+class _Watched(httpx.BaseTransport):
+    """A transport that remembers, per thread, why the last request failed."""
+
+    def __init__(self, inner: httpx.BaseTransport, last: threading.local) -> None:
+        self.inner = inner
+        self.last = last
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send; note the failure or the error status for the retry message."""
+        try:
+            response = self.inner.handle_request(request)
+        except httpx.TransportError as exc:
+            self.last.error = f"{request.url}: {describe(exc)}"
+            raise
+        if response.status_code != 200:
+            self.last.error = f"{request.url} answered HTTP {response.status_code}"
+        return response
+
+    def close(self) -> None:
+        """Close the pool underneath."""
+        self.inner.close()
+
+
+def describe(exc: BaseException) -> str:
+    """``connection refused ([Errno 111] Connection refused)``: the kind, then the detail."""
+    kinds: dict[type[BaseException], str] = {
+        httpx.ConnectError: "cannot connect",
+        httpx.ConnectTimeout: "connecting timed out",
+        httpx.ReadTimeout: "no answer in time",
+        httpx.RemoteProtocolError: "the server closed the connection",
+    }
+    kind = kinds.get(type(exc), type(exc).__name__)
+    detail = str(exc)
+    return f"{kind} ({detail})" if detail else kind
+
+
+def openai_model(base_url: str, name: str, say: Callable[[str], None]) -> OpenAIClient:
+    """An OpenAIClient whose every retry is announced through ``say``."""
+    last = threading.local()
+
+    def sleep(delay: float) -> None:
+        why = getattr(last, "error", "the request failed")
+        say(f"model: {why}; trying again in {delay:.1f} s")
+        time.sleep(delay)  # the client's own backoff, made visible
+
+    return OpenAIClient(
+        name,
+        base_url=base_url,
+        sleep=sleep,
+        transport=_Watched(httpx.HTTPTransport(), last),
+    )
+
+
+__all__ = [
+    "ModelFailed",
+    "ModelWatch",
+    "add",
+    "describe",
+    "model_error",
+    "openai_model",
+    "scripted_arithmetic",
+]
