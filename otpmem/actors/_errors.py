@@ -10,7 +10,7 @@ from typing import Any
 
 # The runtime describes requests and exit reasons with the one bounded repr; its modules
 # import it from here.
-from ..messages import short_repr as short_repr
+from ..reprs import short_repr as short_repr
 
 ExitReason = Any
 """A process's exit reason: a string, a ``("shutdown", detail)`` tuple or an exception."""

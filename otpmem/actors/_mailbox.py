@@ -94,8 +94,8 @@ def _handle_call(process: Process, envelope: CallEnvelope) -> None:
             process.faults._before_message(process, envelope.payload)
         result = process.server.handle_call(envelope.payload)
     except process.server.caller_errors as exc:
-        # The caller's mistake: answer with the error, keep serving (stores use this for
-        # invalid messages).
+        # The caller's mistake (a request that fails the server's checks): answer with the
+        # error, keep serving.
         process.current_call = None
         if process.killed:
             return

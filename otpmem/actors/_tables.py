@@ -141,10 +141,10 @@ class Table(Generic[K, V]):
 class writing_for:
     """Let this thread write ``owner``'s tables, as the owner, until the block ends.
 
-    For an owner that takes writes on its callers' threads (MemoryStore's adds): the owner
-    serialises those writers under a lock of its own, checks it is alive under that lock,
-    and takes the lock on its way out before its tables move, so no such write lands
-    after it is gone. (A class, not a generator: it is on the hot path of every add.)
+    For an owner that takes writes on its callers' threads (a store's adds, say): the
+    owner serialises those writers under a lock of its own, checks it is alive under that
+    lock, and takes the lock on its way out before its tables move, so no such write lands
+    after it is gone. (A class, not a generator: it is on the hot path of every write.)
     """
 
     __slots__ = ("_before", "_owner")

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..actors import ActorError, Handle, live_processes
 from ..actors.runtime import QUEUED, RUNNING, Process
-from ..messages import short_repr
+from ..reprs import short_repr
 from ..stores import ChatMemory, StoreError
 from ..supervisors import Supervisor, SupervisorEvent, SupervisorHandle
 from ._meter import TurnMeter

@@ -23,7 +23,7 @@ from ..actors import (
     is_shutdown,
 )
 from ..actors.runtime import Process, become_default_heir
-from ..messages import short_repr
+from ..reprs import short_repr
 from ._spec import ChildInfo, ChildSpec
 
 logger = logging.getLogger("otpmem.supervisor")

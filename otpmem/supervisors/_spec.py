@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from ..actors import ActorError, ExitReason, Handle, Pid
-from ..messages import short_repr
+from ..reprs import short_repr
 
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one", "simple_one_for_one"]
 RestartType = Literal["permanent", "transient", "temporary"]
@@ -50,7 +50,7 @@ _UNSET: Any = _Unset()
 class ChildSpec:
     """How to start, restart and stop one child::
 
-        ChildSpec("store", start=lambda: MemoryStore.start_link(), restart="permanent")
+        ChildSpec("worker", start=lambda: Worker.start_link(), restart="permanent")
 
     ``start`` takes no arguments (under ``simple_one_for_one`` it takes the extra arguments
     given to ``start_child``) and returns a started handle, or None to mean OTP's ``ignore``.

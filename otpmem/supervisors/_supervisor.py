@@ -26,7 +26,7 @@ from ..actors import (
     is_normal_exit,
     on_exit,
 )
-from ..messages import short_repr
+from ..reprs import short_repr
 from ._children import Child, Children
 from ._handle import SupervisorHandle
 from ._spec import (
