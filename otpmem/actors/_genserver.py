@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self
 
 from . import _names
 from ._errors import (
@@ -18,10 +18,16 @@ from ._errors import (
 )
 from ._node import current, next_monitor_ref
 from ._process import Process, check_not_killed
+from ._scheduler import running_process
 from ._signals import CallEnvelope, CastEnvelope, Down, Pid, Slot
 
 if TYPE_CHECKING:
+    # PEP 696's defaults reach typing.TypeVar in Python 3.13; mypy reads them from here.
+    from typing_extensions import TypeVar
+
     from .faults import FaultPlan
+else:
+    from typing import TypeVar
 
 logger = logging.getLogger("otpmem.actors")
 
@@ -91,7 +97,12 @@ class Handle:
             raise NoProcess(self._process)
         return self._process
 
-    def _process_or_none(self) -> Process | None:
+    def process_or_none(self) -> Process | None:
+        """The process behind this handle now, or None if a named handle resolves to nothing.
+
+        Unlike ``resolve`` it does not raise: a handle to one incarnation gives it even
+        after it exited (its ``dead`` says so).
+        """
         if self._name is not None:
             return _names.lookup(self._name)
         return self._process
@@ -99,25 +110,25 @@ class Handle:
     @property
     def pid(self) -> Pid | None:
         """The current incarnation's pid (None if a named handle resolves to nothing)."""
-        process = self._process_or_none()
+        process = self.process_or_none()
         return None if process is None else process.pid
 
     @property
     def name(self) -> str | None:
         """The registered name of the server, if any."""
-        process = self._process_or_none()
+        process = self.process_or_none()
         return self._name if process is None else process.name
 
     @property
     def alive(self) -> bool:
         """True while the process (or the current holder of the name) runs."""
-        process = self._process_or_none()
+        process = self.process_or_none()
         return process is not None and not process.dead
 
     @property
     def exit_reason(self) -> ExitReason:
         """The exit reason of a dead incarnation (None while it runs)."""
-        process = self._process_or_none()
+        process = self.process_or_none()
         return None if process is None else process.exit_reason
 
     def call(self, message: Any, timeout: float | None = 5.0) -> Any:
@@ -153,14 +164,14 @@ class Handle:
     def cast(self, message: Any) -> None:
         """Send ``message`` to ``handle_cast``; dropped silently if nobody runs (as in OTP)."""
         check_not_killed()
-        process = self._process_or_none()
+        process = self.process_or_none()
         if process is not None:
             process.send(CastEnvelope(message))
 
     def send(self, message: Any) -> None:
         """Send ``message`` to ``handle_info`` (Erlang's ``!``); dropped if nobody runs."""
         check_not_killed()
-        process = self._process_or_none()
+        process = self.process_or_none()
         if process is not None:
             process.send(message)
 
@@ -181,7 +192,7 @@ class Handle:
 
     def wait(self, timeout: float | None = 5.0) -> ExitReason:
         """Block until this incarnation exits and return its reason; ``CallTimeout`` if not."""
-        process = self._process_or_none()
+        process = self.process_or_none()
         if process is None:
             raise NoProcess(self._target())
         if not process.exited.wait(timeout):
@@ -204,7 +215,13 @@ class Handle:
         return f"Handle({self._process!r})"
 
 
-class GenServer:
+if TYPE_CHECKING:
+    H = TypeVar("H", bound=Handle, default=Handle)
+else:
+    H = TypeVar("H", bound=Handle)
+
+
+class GenServer(Generic[H]):
     """A server process with OTP's callbacks. Subclass it, then ``start_link``::
 
         class Counter(GenServer):
@@ -223,6 +240,10 @@ class GenServer:
     escaping a callback crashes the server (the caller of a pending call gets
     ``ServerExited``), except the types listed in ``caller_errors``, which go back to the
     caller and leave the server running.
+
+    ``GenServer[MyHandle]`` with ``handle_class = MyHandle`` types what ``start_link``
+    returns; a subclass may declare a ``start_link`` of its own signature, which calls
+    ``spawn``.
     """
 
     trap_exits: ClassVar[bool] = False
@@ -236,8 +257,16 @@ class GenServer:
     caller_errors: ClassVar[tuple[type[BaseException], ...]] = ()
     """Exception types that mean "the caller asked wrongly": returned, not crashed on."""
 
-    handle_class: ClassVar[type[Handle]] = Handle
+    if TYPE_CHECKING:
+        # Typed by the handle parameter, so a subclass's handle_class must match it.
+        handle_class: type[H]
+    else:
+        handle_class = Handle
     """The client class that ``start_link`` returns."""
+
+    kind: ClassVar[str | None] = None
+    """What observers list the server as ("supervisor", "agent", ...); None: its class's
+    name in lower case (see ``Process.kind``)."""
 
     _process: Process
 
@@ -270,7 +299,7 @@ class GenServer:
         return self._process.pid
 
     @property
-    def handle(self) -> Handle:
+    def handle(self) -> H:
         """A handle to this incarnation (give it to others; do not call it yourself)."""
         return type(self).handle_class(self._process)
 
@@ -282,39 +311,62 @@ class GenServer:
         return ReplyTo(self._process, envelope.slot, envelope.caller)
 
     @classmethod
-    def named(cls, name: str) -> Any:
+    def named(cls, name: str) -> H:
         """A client handle (of ``handle_class``) that finds the server by name at every use."""
         return cls.handle_class.named(name)
 
     # -- starting ---------------------------------------------------------------------------
 
     @classmethod
-    def start_link(
-        cls,
-        *args: Any,
-        name: str | None = None,
-        faults: FaultPlan | None = None,
-        start_timeout: float | None = 5.0,
-        **kwargs: Any,
-    ) -> Any:
+    def start_link(cls, *args: Any, **kwargs: Any) -> H:
         """Start a server linked to the calling process and return its handle after ``init``.
 
-        Raises ``InitFailed`` if ``init`` raised or timed out, ``StartIgnored`` if it
-        returned ``IGNORE``, and ``AlreadyStarted`` if ``name`` is taken.
+        The arguments go to ``init``, but for three keywords of the runtime's own: ``name``
+        (register the server under it), ``faults`` (a ``FaultPlan``) and ``start_timeout``
+        (seconds ``init`` may take; 5 by default). Raises ``InitFailed`` if ``init`` raised
+        or timed out, ``StartIgnored`` if it returned ``IGNORE``, and ``AlreadyStarted`` if
+        ``name`` is taken.
         """
-        return cls._spawn(args, kwargs, current(), name, faults, start_timeout)
+        name = kwargs.pop("name", None)
+        faults = kwargs.pop("faults", None)
+        start_timeout = kwargs.pop("start_timeout", 5.0)
+        return cls.spawn(
+            args, kwargs, link=True, name=name, faults=faults, start_timeout=start_timeout
+        )
 
     @classmethod
-    def start(
+    def start(cls, *args: Any, **kwargs: Any) -> H:
+        """Like ``start_link``, without the link (nobody is told when it exits)."""
+        name = kwargs.pop("name", None)
+        faults = kwargs.pop("faults", None)
+        start_timeout = kwargs.pop("start_timeout", 5.0)
+        return cls.spawn(
+            args, kwargs, link=False, name=name, faults=faults, start_timeout=start_timeout
+        )
+
+    @classmethod
+    def spawn(
         cls,
-        *args: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        link: bool,
         name: str | None = None,
         faults: FaultPlan | None = None,
         start_timeout: float | None = 5.0,
-        **kwargs: Any,
-    ) -> Any:
-        """Like ``start_link``, without the link (nobody is told when it exits)."""
-        return cls._spawn(args, kwargs, None, name, faults, start_timeout)
+    ) -> H:
+        """Start a server with ``init(*args, **kwargs)``; what ``start_link`` and ``start`` do.
+
+        For a subclass's own ``start_link``: ``link`` links it to the calling process (if
+        any), ``name``, ``faults`` and ``start_timeout`` are as for ``start_link``.
+        """
+        me = running_process()
+        if me is not None and me.killed:
+            raise Killed(me)
+        server = cls.__new__(cls)
+        process = Process(server, args, kwargs, me if link else None, faults)
+        process.start(name, start_timeout)
+        return cls.handle_class(process)
 
     @classmethod
     def _spawn(
@@ -325,12 +377,16 @@ class GenServer:
         name: str | None,
         faults: FaultPlan | None,
         start_timeout: float | None,
-    ) -> Handle:
-        check_not_killed()
-        server = cls.__new__(cls)
-        process = Process(server, args, kwargs, parent, faults)
-        process.start(name, start_timeout)
-        return cls.handle_class(process)
+    ) -> H:
+        # The old positional form, for agents/agent.py until it calls spawn; then it goes.
+        return cls.spawn(
+            args,
+            kwargs,
+            link=parent is not None,
+            name=name,
+            faults=faults,
+            start_timeout=start_timeout,
+        )
 
 
 def _calling_process(what: str) -> Process:
@@ -344,7 +400,7 @@ def _calling_process(what: str) -> Process:
 def link(target: Handle) -> None:
     """Link the calling server to ``target`` (both die of the other's crash unless trapping)."""
     me = _calling_process("link")
-    process = target._process_or_none()
+    process = target.process_or_none()
     if process is None:
         me.exit_signal(Pid(0), "noproc")
     else:
@@ -359,7 +415,7 @@ def unlink(target: Handle) -> None:
 def monitor(target: Handle) -> int:
     """Monitor ``target`` from the calling server: a ``Down(ref, pid, reason)`` follows its exit."""
     watcher = _calling_process("monitor")
-    process = target._process_or_none()
+    process = target.process_or_none()
     if process is None:
         ref = next_monitor_ref()
         watcher.send(Down(ref, Pid(0), "noproc"))
@@ -369,7 +425,7 @@ def monitor(target: Handle) -> int:
 
 def demonitor(target: Handle, ref: int) -> None:
     """Cancel a monitor of the calling server."""
-    process = target._process_or_none()
+    process = target.process_or_none()
     if process is not None:
         _calling_process("demonitor").demonitor(process, ref)
 

@@ -75,9 +75,12 @@ def on_exit(cleanup: Callable[[], None]) -> None:
     process.cleanups.append(cleanup)
 
 
-def live_processes() -> list[Process]:
-    """Every process not yet exited, in start order."""
-    return live_table.snapshot()
+def live_processes(kind: str | None = None) -> list[Process]:
+    """Every process not yet exited, in start order; only those of ``kind`` if given."""
+    processes = live_table.snapshot()
+    if kind is None:
+        return processes
+    return [p for p in processes if p.kind == kind]
 
 
 def install_exit_hook() -> None:

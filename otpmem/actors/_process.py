@@ -117,7 +117,7 @@ class Process:
 
     def __init__(
         self,
-        server: GenServer,
+        server: GenServer[Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         parent: Process | None,
@@ -171,6 +171,13 @@ class Process:
     def __repr__(self) -> str:
         label = type(self.server).__name__
         return f"<{label} {self.name} {self.pid}>" if self.name else f"<{label} {self.pid}>"
+
+    @property
+    def kind(self) -> str:
+        """What observers list it as: its server class's ``kind``, else the class's name in
+        lower case."""
+        server = type(self.server)
+        return server.kind or server.__name__.lower()
 
     # -- starting ---------------------------------------------------------------------------
 

@@ -246,6 +246,12 @@ def schedulers() -> list[Scheduler]:
     return _schedulers
 
 
+def scheduler_count() -> int:
+    """How many shared schedulers run now (none before the first process ran); the
+    dedicated threads of ``dedicated_thread`` servers are not counted."""
+    return len(_schedulers)
+
+
 def _pick() -> Scheduler:
     pool = _schedulers or schedulers()
     for _ in range(len(pool)):

@@ -24,7 +24,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from ..actors import ActorError, Handle, live_processes
-from ..actors.runtime import QUEUED, RUNNING, Process
+from ..actors.runtime import QUEUED, RUNNING, Process, scheduler_count
 from ..reprs import short_repr
 from ..stores import ChatMemory, StoreError
 from ..supervisors import Supervisor, SupervisorEvent, SupervisorHandle
@@ -207,13 +207,15 @@ class Observer:
                 continue
             before = self._store_rates.get(label)
             self._store_rates[label] = (now, row["messages"])
-            if before is not None and now > before[0]:
-                rate = (row["messages"] - before[1]) / (now - before[0])
-                row["writes_per_s"] = round(max(rate, 0.0), 1)
+            if before is not None:
+                then, messages_then = before
+                if now > then:
+                    rate = (row["messages"] - messages_then) / (now - then)
+                    row["writes_per_s"] = round(max(rate, 0.0), 1)
             committer = getattr(process.server, "committer", None)
             if committer is not None:
                 fsyncs = int(getattr(committer, "groups", 0))
-                writes = int(getattr(committer, "_writes", 0))
+                writes = int(getattr(committer, "writes", 0))
                 row.update(fsyncs=fsyncs, writes=writes)
                 row["writes_per_fsync"] = round(writes / fsyncs, 2) if fsyncs else None
             rows.append(row)
@@ -228,18 +230,16 @@ class Observer:
         by_pid = {p.pid: p for p in processes}
         tree = [self._supervisor_node(r, r.name or r.pid, by_pid) for r in self._roots(processes)]
         busiest = sorted(processes, key=lambda p: (-len(p.mailbox), p.pid))[:PROCESSES_SHOWN]
-        agents = [p for p in processes if type(p.server).__name__ == "Agent"]
+        agents = [p for p in processes if p.kind == "agent"]
         with self._lock:
             events = list(reversed(self._events))
             restarts_total = sum(self._restarts.values())
-        from ..actors import _scheduler
-
         snapshot = {
             "taken_at": now,
             "uptime_s": round(now - self.started, 1),
             "node": {
                 "processes": len(processes),
-                "schedulers": len(_scheduler._schedulers),
+                "schedulers": scheduler_count(),
                 "mailbox_total": sum(len(p.mailbox) for p in processes),
             },
             "tree": tree,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..actors import GenServer, Handle, InitFailed, current
+from ..actors import GenServer, Handle, InitFailed
 from ..actors.faults import FaultPlan
 from ..supervisors import ChildSpec, Supervisor, SupervisorEvent
 from ._base import StoreError
@@ -22,7 +22,7 @@ def spawn_store(
     """Start a store linked to the caller; a ``StoreError`` its ``init`` raised (locked,
     unreachable, corrupt) reaches the caller as itself, not wrapped in ``InitFailed``."""
     try:
-        return cls._spawn(args, {}, current(), name, faults, start_timeout)
+        return cls.spawn(args, {}, link=True, name=name, faults=faults, start_timeout=start_timeout)
     except InitFailed as failure:
         if isinstance(failure.reason, StoreError):
             raise failure.reason from None

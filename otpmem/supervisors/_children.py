@@ -131,7 +131,7 @@ class Children:
             )
             self.emit("start_failed", child, None, reason)
             return "error", reason
-        process = handle._process_or_none()
+        process = handle.process_or_none()
         if process is None:
             reason = (
                 f"start of {short_repr(child.spec.id)} returned {short_repr(handle)}, "

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from ..actors import (
     SHUTDOWN,
@@ -22,7 +22,6 @@ from ..actors import (
     Handle,
     Pid,
     Stop,
-    current,
     is_normal_exit,
     on_exit,
 )
@@ -51,6 +50,9 @@ from ._spec import (
 logger = logging.getLogger("otpmem.supervisor")
 
 Listener = Callable[[SupervisorEvent], None]
+P = ParamSpec("P")
+C = TypeVar("C")
+R = TypeVar("R")
 _Action = Literal["restart", "keep", "delete"]
 
 
@@ -72,7 +74,42 @@ class _TryAgain:
         self.key = key
 
 
-class Supervisor(GenServer):
+def _start_arguments(
+    children: Iterable[ChildSpec] = (),
+    strategy: str = "one_for_one",
+    intensity: int = 1,
+    period: float = 5.0,
+    auto_shutdown: str = "never",
+    name: str | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    listeners: Iterable[Listener] = (),
+    start_timeout: float | None = None,
+) -> tuple[tuple[Any, ...], str | None, float | None]:
+    """The parameters of ``Supervisor.start_link`` and ``start``, checked before anything
+    starts: ``init``'s arguments, the name and the start timeout."""
+    flags = Flags(strategy, intensity, period, auto_shutdown)  # type: ignore[arg-type]
+    specs = check_specs(children, flags)
+    return (specs, flags, clock, list(listeners)), name, start_timeout
+
+
+def _parameters_of(
+    of: Callable[P, object],
+) -> Callable[[Callable[Concatenate[C, ...], R]], Callable[Concatenate[C, P], R]]:
+    """Give the decorated method (``cls`` first) the parameters of ``of``, for type checkers
+    and for ``help``: one signature, however many entry points take it."""
+
+    def decorate(method: Callable[Concatenate[C, ...], R]) -> Callable[Concatenate[C, P], R]:
+        first = inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        parameters = [first, *inspect.signature(of).parameters.values()]
+        returns = inspect.signature(method).return_annotation
+        method.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
+        return method
+
+    return decorate
+
+
+class Supervisor(GenServer[SupervisorHandle]):
     """Starts children, watches them, and restarts them by OTP's rules::
 
         sup = Supervisor.start_link([ChildSpec("a", start=lambda: Worker.start_link())])
@@ -88,21 +125,11 @@ class Supervisor(GenServer):
     dedicated_thread = True
     caller_errors = (SupervisorError, InvalidChildSpec)
     handle_class = SupervisorHandle
+    kind = "supervisor"
 
     @classmethod
-    def start_link(  # type: ignore[override]
-        cls,
-        children: Iterable[ChildSpec] = (),
-        strategy: str = "one_for_one",
-        intensity: int = 1,
-        period: float = 5.0,
-        auto_shutdown: str = "never",
-        name: str | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        listeners: Iterable[Listener] = (),
-        start_timeout: float | None = None,
-    ) -> SupervisorHandle:
+    @_parameters_of(_start_arguments)
+    def start_link(cls, *args: Any, **kwargs: Any) -> SupervisorHandle:
         """Start a supervisor linked to the caller, with its children started in order.
 
         ``intensity`` restarts within ``period`` s are allowed; one more terminates every
@@ -110,73 +137,15 @@ class Supervisor(GenServer):
         ``InvalidChildSpec``/``InvalidSupervisorFlags`` before starting anything, and
         ``InitFailed`` if a child fails to start (the ones started are stopped again).
         """
-        return cls._start_supervisor(
-            True,
-            children,
-            strategy,
-            intensity,
-            period,
-            auto_shutdown,
-            name,
-            clock,
-            listeners,
-            start_timeout,
-        )
+        init_args, name, start_timeout = _start_arguments(*args, **kwargs)
+        return cls.spawn(init_args, {}, link=True, name=name, start_timeout=start_timeout)
 
     @classmethod
-    def start(  # type: ignore[override]
-        cls,
-        children: Iterable[ChildSpec] = (),
-        strategy: str = "one_for_one",
-        intensity: int = 1,
-        period: float = 5.0,
-        auto_shutdown: str = "never",
-        name: str | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        listeners: Iterable[Listener] = (),
-        start_timeout: float | None = None,
-    ) -> SupervisorHandle:
+    @_parameters_of(_start_arguments)
+    def start(cls, *args: Any, **kwargs: Any) -> SupervisorHandle:
         """Like ``start_link`` without the link: a root supervisor."""
-        return cls._start_supervisor(
-            False,
-            children,
-            strategy,
-            intensity,
-            period,
-            auto_shutdown,
-            name,
-            clock,
-            listeners,
-            start_timeout,
-        )
-
-    @classmethod
-    def _start_supervisor(
-        cls,
-        linked: bool,
-        children: Iterable[ChildSpec],
-        strategy: str,
-        intensity: int,
-        period: float,
-        auto_shutdown: str,
-        name: str | None,
-        clock: Callable[[], float],
-        listeners: Iterable[Listener],
-        start_timeout: float | None,
-    ) -> SupervisorHandle:
-        flags = Flags(strategy, intensity, period, auto_shutdown)  # type: ignore[arg-type]
-        specs = check_specs(children, flags)
-        handle = cls._spawn(
-            (specs, flags, clock, list(listeners)),
-            {},
-            current() if linked else None,
-            name,
-            None,
-            start_timeout,
-        )
-        assert isinstance(handle, SupervisorHandle)
-        return handle
+        init_args, name, start_timeout = _start_arguments(*args, **kwargs)
+        return cls.spawn(init_args, {}, link=False, name=name, start_timeout=start_timeout)
 
     # -- init and terminate -----------------------------------------------------------------
 

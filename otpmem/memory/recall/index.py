@@ -47,7 +47,7 @@ class RecallIndex(GenServer):
     handle_class = RecallIndexHandle
 
     @classmethod
-    def start_link(  # type: ignore[override]
+    def start_link(
         cls,
         store: ChatMemory,
         embedder: Embedder | None = None,
@@ -60,12 +60,12 @@ class RecallIndex(GenServer):
         """Start an index over ``store`` (default embedder: ``HashingEmbedder()``), linked to
         the caller."""
         args = _checked(store, embedder, max_documents, weights)
-        handle = cls._spawn(args, {}, current(), name, None, start_timeout)
+        handle = cls.spawn(args, {}, link=True, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
 
     @classmethod
-    def start(  # type: ignore[override]
+    def start(
         cls,
         store: ChatMemory,
         embedder: Embedder | None = None,
@@ -77,7 +77,7 @@ class RecallIndex(GenServer):
     ) -> RecallIndexHandle:
         """Like ``start_link``, without the link (nobody is told when it exits)."""
         args = _checked(store, embedder, max_documents, weights)
-        handle = cls._spawn(args, {}, None, name, None, start_timeout)
+        handle = cls.spawn(args, {}, link=False, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
 

@@ -69,7 +69,7 @@ class Committer:
         self._queue: list[_Write] = []
         # key -> (the write that last touched it, its value); read without the lock
         self._staged: dict[bytes, tuple[int, bytes | None]] = {}
-        self._writes = 0
+        self.writes = 0  # writes submitted, for observers (and each write's token)
         self._busy = False
         self._last_group = 0  # how many writes the last group held
         self._flushing = 0  # threads in flush()
@@ -129,8 +129,8 @@ class Committer:
             error = StoreError(f"the store can no longer write: {self._failed or 'stopping'}")
             _refuse(to, error)
             return False
-        self._writes += 1
-        token = self._writes
+        self.writes += 1
+        token = self.writes
         if staged:
             for key, value in staged.items():
                 self._staged[key] = (token, value)

@@ -87,7 +87,7 @@ class LevelDBStore(GenServer):
     adds_on_callers = True  # see add_here
 
     @classmethod
-    def start_link(  # type: ignore[override]
+    def start_link(
         cls,
         path: str | os.PathLike[str],
         name: str | None = None,

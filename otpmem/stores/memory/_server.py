@@ -30,7 +30,6 @@ from ...actors import (
     Table,
     TableKeeper,
     claim_table,
-    current,
     new_table,
     on_exit,
     writing_for,
@@ -85,7 +84,7 @@ class MemoryStore(GenServer):
     writes_on_callers = True  # its handles run adds on their own threads (write_here)
 
     @classmethod
-    def start_link(  # type: ignore[override]
+    def start_link(
         cls,
         name: str | None = None,
         heir: Handle | None = None,
@@ -101,7 +100,9 @@ class MemoryStore(GenServer):
         same child id, or started with the same heir and table name, adopts it.
         """
         table_name = table or name or "otpmem.memory"
-        handle = cls._spawn((heir, table_name), {}, current(), name, faults, start_timeout)
+        handle = cls.spawn(
+            (heir, table_name), {}, link=True, name=name, faults=faults, start_timeout=start_timeout
+        )
         assert isinstance(handle, MemoryStoreHandle)
         return handle
 

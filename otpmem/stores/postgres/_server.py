@@ -167,7 +167,7 @@ class PostgresStore(Committing, GenServer):
     handle_class = PostgresStoreHandle
 
     @classmethod
-    def start_link(  # type: ignore[override]
+    def start_link(
         cls,
         dsn: str | None = None,
         *,
