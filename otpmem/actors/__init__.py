@@ -22,18 +22,8 @@ from ._errors import (
     is_normal_exit,
     is_shutdown,
 )
-from ._genserver import (
-    GenServer,
-    Handle,
-    ReplyTo,
-    demonitor,
-    link,
-    monitor,
-    reply,
-    reply_error,
-    self_handle,
-    unlink,
-)
+from ._genserver import GenServer, ReplyTo, reply, reply_error
+from ._handle import Handle, demonitor, link, monitor, self_handle, unlink
 from ._keeper import TableKeeper, claim_table
 from ._names import registered
 from ._node import current, live_processes, on_exit, stop_all

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import NotInProcess, short_repr
-from ._genserver import GenServer, Handle
+from ._genserver import GenServer
+from ._handle import Handle
 from ._node import current
 from ._signals import TableTransfer
 from ._tables import Table, _transfer, adopt_kept_tables

@@ -35,7 +35,7 @@ def run_batch(process: Process) -> None:
         process._run_init()
     mailbox = process.mailbox
     for _ in range(BATCH):
-        if process._exiting:
+        if process.dead:
             return
         if process.killed:
             process._exit(process.kill_reason, run_terminate=False)

@@ -1,4 +1,4 @@
-"""The node: every live process, the link lock, and a clean stop at interpreter exit."""
+"""The node: every live process, and a clean stop at interpreter exit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._errors import KILLED
+from ._errors import KILLED, Killed, NotInProcess
 from ._scheduler import running_process
 from ._signals import Pid
 
@@ -18,10 +18,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("otpmem.actors")
 
 _pid_counter = itertools.count(1)
-_monitor_refs = itertools.count(1)
-# One lock for the link graph: linking touches two processes, and per-process locks taken in
-# two orders would deadlock.
-_link_lock = threading.Lock()
 _hook_lock = threading.Lock()
 _hook_installed = False
 READY_POLL = 0.01  # how often a reader waiting for init checks whether the process died
@@ -56,9 +52,20 @@ def current() -> Process | None:
     return process
 
 
-def next_monitor_ref() -> int:
-    """A fresh monitor reference."""
-    return next(_monitor_refs)
+def check_not_killed() -> None:
+    """Raise ``Killed`` if the calling code runs for a process that was killed."""
+    process = running_process()
+    if process is not None and process.killed:
+        raise Killed(process)
+
+
+def calling_process(what: str) -> Process:
+    """The process calling ``what`` (link, monitor...); ``NotInProcess`` from a plain thread."""
+    process = current()
+    if process is None:
+        raise NotInProcess(what)
+    check_not_killed()
+    return process
 
 
 def on_exit(cleanup: Callable[[], None]) -> None:
@@ -69,8 +76,6 @@ def on_exit(cleanup: Callable[[], None]) -> None:
     """
     process = current()
     if process is None:
-        from ._errors import NotInProcess
-
         raise NotInProcess("on_exit")
     process.cleanups.append(cleanup)
 

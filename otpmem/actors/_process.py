@@ -1,4 +1,4 @@
-"""Processes: a mailbox on the schedulers, with a pid, links, monitors and one way to die.
+"""Processes: a mailbox on the schedulers, with a pid, a start, and one way to die.
 
 Every exit path (a handler raising, an orderly stop, a shutdown or exit signal, a brutal
 kill) ends in ``Process._exit``, which runs once and in OTP's order: terminate callback,
@@ -8,7 +8,12 @@ death before the dead process's resources are free to take.
 
 Signals do not queue behind messages: a kill, a shutdown (``request_shutdown``) or an exit
 signal from the parent takes effect after the message being handled now, whatever waits
-in the mailbox; a process suspended in a wait is woken by a kill at once.
+in the mailbox; a process suspended in a wait is woken by a kill at once. Its links and
+monitors, and what an exit signal does to it, are its other half (``_links.Linked``).
+
+Its life is four flags, each set once: ``killed`` (nothing more may happen on its behalf),
+``dead`` (exiting: no new call is accepted), ``_finished`` (letting go of what it owned),
+``told`` (its links and watchers know); then ``exited``.
 """
 
 from __future__ import annotations
@@ -30,14 +35,8 @@ from ._errors import (
     StartIgnored,
     short_repr,
 )
-from ._node import (
-    READY_POLL,
-    _link_lock,
-    _pid_counter,
-    install_exit_hook,
-    live_table,
-    next_monitor_ref,
-)
+from ._links import Linked, link_lock
+from ._node import READY_POLL, _pid_counter, install_exit_hook, live_table
 from ._scheduler import (
     IDLE,
     QUEUED,
@@ -51,15 +50,7 @@ from ._scheduler import (
     running_process,
     wake,
 )
-from ._signals import (
-    IGNORE,
-    WAKE,
-    CallEnvelope,
-    Down,
-    Exit,
-    Pid,
-    StopRequest,
-)
+from ._signals import IGNORE, WAKE, CallEnvelope, Pid, StopRequest
 from ._waits import Event, OneShot
 
 if TYPE_CHECKING:
@@ -74,18 +65,16 @@ _READY = Event()
 _READY.set()
 
 
-class Process:
-    """One incarnation of a server: its identity, its mailbox, its links, its lifecycle."""
+class Process(Linked):
+    """One incarnation of a server: its identity, its mailbox, its lifecycle."""
 
     __slots__ = (
         "__weakref__",
         "_args",
-        "_exiting",
         "_finished",
         "_initialized",
         "_kwargs",
         "_lock",
-        "_notified",
         "_shutdown",
         "_started",
         "abandoned",
@@ -99,7 +88,6 @@ class Process:
         "kill_event",
         "kill_reason",
         "killed",
-        "links",
         "mailbox",
         "name",
         "parent",
@@ -110,9 +98,7 @@ class Process:
         "run_state",
         "server",
         "tables",
-        "trap_exits",
         "waiting",
-        "watchers",
     )
 
     def __init__(
@@ -128,7 +114,6 @@ class Process:
         self.name: str | None = None
         self.parent = parent
         self.faults = faults
-        self.trap_exits = server.trap_exits
         self.mailbox: deque[Any] = deque()
         self.run_state = IDLE
         self.run_lock = threading.Lock()
@@ -150,20 +135,21 @@ class Process:
         self.exit_reason: ExitReason = None
         self.tables: list[Table[Any, Any]] = []
         self.cleanups: list[Callable[[], None]] = []
-        self.links: set[Process] = set()
-        self.watchers: dict[int, Process] = {}  # monitor ref -> the process watching us
         self.pending: set[OneShot] = set()
-        self.dead = False  # no new call is accepted once set
-        self.killed = False  # a kill arrived: nothing more may happen on its behalf
+        self.dead = False
+        self.killed = False
         self.kill_reason: ExitReason = None
         self.current_call: CallEnvelope | None = None
         self._args = args
         self._kwargs = kwargs
         self._lock = threading.Lock()
-        self._exiting = False
         self._finished = False
-        self._notified = False
         self._initialized = False
+        # The half in _links, set here: one call fewer per spawn.
+        self.trap_exits = server.trap_exits
+        self.links = set()
+        self.watchers = {}
+        self.told = False
         self._shutdown: ExitReason = None
         self._started: OneShot | None = OneShot()
         server._process = self
@@ -174,8 +160,7 @@ class Process:
 
     @property
     def kind(self) -> str:
-        """What observers list it as: its server class's ``kind``, else the class's name in
-        lower case."""
+        """What observers list it as: its server's ``kind``, else its class's name in lower case."""
         server = type(self.server)
         return server.kind or server.__name__.lower()
 
@@ -186,7 +171,7 @@ class Process:
         if name is not None:
             _names.reserve(name, self)
         if self.parent is not None:
-            with _link_lock:
+            with link_lock:
                 self.links.add(self.parent)
                 self.parent.links.add(self)
         live_table.add(self)
@@ -254,9 +239,7 @@ class Process:
         # The starter hears of the failure from start_link itself, so no exit signal goes to
         # it as well (OTP's init_fail).
         if self.parent is not None:
-            with _link_lock:
-                self.links.discard(self.parent)
-                self.parent.links.discard(self)
+            self.unlink(self.parent)
         self._exit(reason, run_terminate=False)
         error.__cause__ = cause
         self._answer_start(error)
@@ -297,7 +280,7 @@ class Process:
         process that is sent ``exit(Pid, shutdown)`` does not first drain its mailbox.
         """
         with self._lock:
-            if self._exiting or self._finished:
+            if self.dead:
                 return False
             if self._shutdown is None:
                 self._shutdown = reason
@@ -324,7 +307,6 @@ class Process:
                 grace,
             )
             with self._lock:
-                self._exiting = True
                 self.dead = True
             self._finish(reason)
 
@@ -342,24 +324,12 @@ class Process:
             waiting.time_out()  # a suspended process wakes to find itself killed
         self.send(WAKE)
 
-    def exit_signal(self, source: Pid, reason: ExitReason) -> None:
-        """A linked process exited: trap it as an ``Exit`` message, or die of it."""
-        if self.parent is not None and source == self.parent.pid and self.trap_exits:
-            # A server that traps exits still dies with its parent (gen_server rule), after
-            # the message it handles now, running terminate.
-            self.request_shutdown(reason)
-        elif self.trap_exits:
-            self.send(Exit(source, reason))
-        elif reason != NORMAL:
-            self.signal_kill(reason)
-
     # -- dying ------------------------------------------------------------------------------
 
     def _exit(self, reason: ExitReason, run_terminate: bool) -> bool:
         with self._lock:
-            if self._exiting:
+            if self.dead:
                 return False
-            self._exiting = True
             self.dead = True
         if run_terminate:
             self._run_terminate(reason)
@@ -392,18 +362,7 @@ class Process:
             if type(message) is CallEnvelope:
                 message.slot.fail(error)
         live_table.remove(self)
-        with _link_lock:
-            self._notified = True
-            partners = list(self.links)
-            for partner in partners:
-                partner.links.discard(self)
-            self.links.clear()
-            watchers = list(self.watchers.items())
-            self.watchers.clear()
-        for partner in partners:
-            partner.exit_signal(self.pid, reason)
-        for ref, watcher in watchers:
-            watcher.send(Down(ref, self.pid, reason))
+        self.tell_exit(reason)
         # Set last: whoever waits on `exited` finds the exit signals already in the mailboxes
         # of links and monitors, so a call made after kill() returns sees the restart.
         self.exited.set()
@@ -423,38 +382,6 @@ class Process:
         except BaseException:
             logger.exception("%r raised in terminate(%s)", self, short_repr(reason))
 
-    # -- links and monitors -----------------------------------------------------------------
-
-    def link(self, other: Process) -> None:
-        """Link both ways; if ``other`` is already dead, this process gets ``noproc``."""
-        with _link_lock:
-            if not other._notified:
-                self.links.add(other)
-                other.links.add(self)
-                return
-        self.exit_signal(other.pid, "noproc")
-
-    def unlink(self, other: Process) -> None:
-        """Remove the link both ways; no exit signal will follow."""
-        with _link_lock:
-            self.links.discard(other)
-            other.links.discard(self)
-
-    def monitor(self, other: Process) -> int:
-        """Watch ``other``: a ``Down`` message arrives when it exits (at once if dead)."""
-        ref = next_monitor_ref()
-        with _link_lock:
-            if not other._notified:
-                other.watchers[ref] = self
-                return ref
-        self.send(Down(ref, other.pid, "noproc"))
-        return ref
-
-    def demonitor(self, other: Process, ref: int) -> None:
-        """Stop watching; no ``Down`` for ``ref`` is sent after this returns."""
-        with _link_lock:
-            other.watchers.pop(ref, None)
-
 
 def _drain(mailbox: deque[Any]) -> list[Any]:
     drained = []
@@ -471,10 +398,3 @@ def _exit_error(process: Process, reason: ExitReason) -> Exception:
     if isinstance(reason, BaseException):
         error.__cause__ = reason
     return error
-
-
-def check_not_killed() -> None:
-    """Raise ``Killed`` if the calling code runs for a process that was killed."""
-    process = running_process()
-    if process is not None and process.killed:
-        raise Killed(process)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from ._errors import Killed, NoProcess, NotInProcess, TableError
-from ._genserver import Handle
+from ._handle import Handle
 from ._node import current
 from ._process import Process
 from ._signals import Pid, TableTransfer

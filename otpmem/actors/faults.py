@@ -22,7 +22,7 @@ from ._signals import CrashRequest, Pid
 from ._waits import sleep
 
 if TYPE_CHECKING:
-    from ._genserver import Handle
+    from ._handle import Handle
     from ._process import Process
 
 
