@@ -12,7 +12,8 @@ The trap this design avoids: a handler blocking its scheduler thread on a callee
 the same thread to run. Every wait of the runtime suspends instead of blocking; work that
 must block (HTTP, tools, fsync) runs on the bounded blocking pool (``blocking``). A handler
 that hogs a scheduler past ``HOG_THRESHOLD`` is reported, and the processes queued behind it
-move to another scheduler (one is added if every scheduler is stuck).
+move to another scheduler (one is added if every scheduler is stuck): the system monitor,
+``_sysmon``, watches for that.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from greenlet import getcurrent, greenlet
@@ -223,9 +223,9 @@ class Scheduler:
 
 # -- the pool of schedulers ----------------------------------------------------------------
 
-_schedulers: list[Scheduler] = []
+pool: list[Scheduler] = []  # the shared schedulers (the system monitor may add some)
 pool_lock = threading.Lock()
-_round_robin = itertools.count()
+round_robin = itertools.count()
 
 
 def _default_count() -> int:
@@ -237,28 +237,30 @@ def _default_count() -> int:
 
 def schedulers() -> list[Scheduler]:
     """The running schedulers, started on first use (``OTPMEM_SCHEDULERS`` sets how many)."""
-    if not _schedulers:
+    if not pool:
         with pool_lock:
-            if not _schedulers:
+            if not pool:
                 for index in range(_default_count()):
-                    _schedulers.append(Scheduler(index))
-                _Monitor().start()
-    return _schedulers
+                    pool.append(Scheduler(index))
+                from ._sysmon import SystemMonitor
+
+                SystemMonitor().start()
+    return pool
 
 
 def scheduler_count() -> int:
     """How many shared schedulers run now (none before the first process ran); the
     dedicated threads of ``dedicated_thread`` servers are not counted."""
-    return len(_schedulers)
+    return len(pool)
 
 
 def _pick() -> Scheduler:
-    pool = _schedulers or schedulers()
-    for _ in range(len(pool)):
-        candidate = pool[next(_round_robin) % len(pool)]
+    running = pool or schedulers()
+    for _ in range(len(running)):
+        candidate = running[next(round_robin) % len(running)]
         if not candidate.stuck:
             return candidate
-    return pool[next(_round_robin) % len(pool)]
+    return running[next(round_robin) % len(running)]
 
 
 def wake(process: Runnable) -> None:
@@ -362,102 +364,6 @@ def running_process() -> Any:
     if type(here) is Runner:
         return here.process
     return getattr(acting, "process", None)
-
-
-# -- watching for hogs ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HogReport:
-    """A handler held a scheduler for ``seconds`` (and counting) without suspending."""
-
-    process: Any
-    scheduler: int
-    seconds: float
-
-
-_hog_listeners: list[Callable[[HogReport], None]] = []
-
-
-def add_hog_listener(listener: Callable[[HogReport], None]) -> None:
-    """Call ``listener(report)`` whenever a handler hogs a scheduler."""
-    _hog_listeners.append(listener)
-
-
-def remove_hog_listener(listener: Callable[[HogReport], None]) -> None:
-    """Stop calling ``listener``."""
-    if listener in _hog_listeners:
-        _hog_listeners.remove(listener)
-
-
-class _Monitor(threading.Thread):
-    """Erlang's and Go's system monitor: finds stuck schedulers and moves work off them."""
-
-    def __init__(self) -> None:
-        super().__init__(name="otpmem-sysmon", daemon=True)
-
-    def run(self) -> None:
-        interval = max(0.005, min(0.05, HOG_THRESHOLD / 4))
-        while True:
-            time.sleep(interval)
-            try:
-                self._check()
-            except Exception:
-                logger.exception("scheduler monitor failed")
-
-    def _check(self) -> None:
-        now = monotonic()
-        for scheduler in list(_schedulers):
-            runner = scheduler.running
-            if runner is None or now - scheduler.since < HOG_THRESHOLD:
-                continue
-            if not scheduler.reported:
-                scheduler.reported = True
-                _report(scheduler, runner, now - scheduler.since)
-            scheduler.stuck = True
-            self._move_queued(scheduler)
-        if all(s.stuck for s in _schedulers) and len(_schedulers) < MAX_SCHEDULERS:
-            with pool_lock:
-                _schedulers.append(Scheduler(len(_schedulers)))
-            logger.warning("every scheduler is stuck; started scheduler %d", len(_schedulers) - 1)
-
-    def _move_queued(self, stuck: Scheduler) -> None:
-        # Suspended runners must stay (a greenlet cannot change threads); queued processes
-        # have no stack yet and can run anywhere.
-        keep = []
-        while True:
-            try:
-                item = stuck.queue.get_nowait()
-            except queue.Empty:
-                break
-            if type(item) is Runner:
-                keep.append(item)
-            else:
-                free = [s for s in _schedulers if not s.stuck]
-                if not free:
-                    keep.append(item)
-                    continue
-                target = free[next(_round_robin) % len(free)]
-                item.home = target
-                target.queue.put(item)
-        for item in keep:
-            stuck.queue.put(item)
-
-
-def _report(scheduler: Scheduler, runner: Runner, seconds: float) -> None:
-    report = HogReport(runner.process, scheduler.index, seconds)
-    logger.warning(
-        "%r has held scheduler %d for %.3f s without yielding; run blocking work with "
-        "otpmem.actors.blocking() so other processes are not held up",
-        runner.process,
-        scheduler.index,
-        seconds,
-    )
-    for listener in list(_hog_listeners):
-        try:
-            listener(report)
-        except Exception:
-            logger.exception("hog listener %r failed", listener)
 
 
 def runtime_thread(thread: threading.Thread) -> bool:
