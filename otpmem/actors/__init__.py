@@ -24,6 +24,7 @@ from ._errors import (
 )
 from ._genserver import GenServer, ReplyTo, reply, reply_error
 from ._handle import Handle, demonitor, link, monitor, self_handle, unlink
+from ._heirs import adopt_kept_tables, new_table
 from ._keeper import TableKeeper, claim_table
 from ._names import registered
 from ._node import current, live_processes, on_exit, stop_all
@@ -31,7 +32,7 @@ from ._scheduler import runtime_thread
 from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
 from ._sysmon import HogReport, add_hog_listener, remove_hog_listener
-from ._tables import Table, adopt_kept_tables, give_away, new_table, set_heir, writing_for
+from ._tables import Table, give_away, set_heir, writing_for
 from ._waits import Event, sleep
 from ._waits import run_blocking as _run_blocking
 

@@ -7,9 +7,10 @@ from typing import Any
 from ._errors import NotInProcess, short_repr
 from ._genserver import GenServer
 from ._handle import Handle
+from ._heirs import adopt_kept_tables
 from ._node import current
 from ._signals import TableTransfer
-from ._tables import Table, _transfer, adopt_kept_tables
+from ._tables import Table, transfer
 
 
 class TableKeeper(GenServer):
@@ -43,7 +44,7 @@ class TableKeeper(GenServer):
             if table is None or caller is None:
                 return None
             # The claimer gets the table as the reply, so no TableTransfer message follows.
-            if not _transfer(table, self._process, caller, None, notify=False):
+            if not transfer(table, self._process, caller, None, notify=False):
                 self.kept[name] = table
                 return None
             return table

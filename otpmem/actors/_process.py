@@ -349,7 +349,7 @@ class Process(Linked):
                 cleanup()
             except Exception:
                 logger.exception("%r: exit cleanup %r failed", self, cleanup)
-        from ._tables import release_tables
+        from ._heirs import release_tables
 
         release_tables(self)
         _names.release(self)

@@ -5,11 +5,11 @@ call envelope and reply slot, the tables' default heir, and what an observer cou
 Applications use ``otpmem.actors``; what is here may change with the runtime.
 """
 
+from ._heirs import ChildTables, become_default_heir
 from ._names import lookup
 from ._process import Process
 from ._scheduler import IDLE, QUEUED, RUNNING, scheduler_count
 from ._signals import CallEnvelope
-from ._tables import ChildTables, become_default_heir
 from ._waits import OneShot
 
 __all__ = [
