@@ -24,7 +24,7 @@ from ..actors import (
 )
 from ..actors.runtime import Process, become_default_heir
 from ..reprs import short_repr
-from ._spec import ChildInfo, ChildSpec
+from ._spec import ChildCounts, ChildInfo, ChildNotFound, ChildSpec, SimpleOneForOneOnly
 
 logger = logging.getLogger("otpmem.supervisor")
 KILL_GRACE = 1.0  # how long a killed supervisor waits for its children to die with it
@@ -68,7 +68,7 @@ class Children:
         self.owner = owner
         self.dynamic = dynamic
         self.items: list[Child] = []
-        self.by_pid: dict[Pid, Child] = {}
+        self.running: dict[Pid, Child] = {}  # the running children, by pid
         self.emit = emit
         self.label = label
         self.tables = become_default_heir(passes_up=not dynamic)
@@ -76,7 +76,7 @@ class Children:
     def exited(self, pid: Pid) -> Child | None:
         """The child whose exit from ``pid`` just arrived (None: a stale exit)."""
         self.tables.forget(pid)
-        return self.by_pid.pop(pid, None)
+        return self.running.pop(pid, None)
 
     def terminate_all(self) -> None:
         if self.dynamic:
@@ -147,7 +147,7 @@ class Children:
         child.process = process
         child.handle = handle
         child.status = "running"
-        self.by_pid[process.pid] = child
+        self.running[process.pid] = child
         return "ok", None
 
     def shutdown(self, child: Child) -> None:
@@ -156,7 +156,7 @@ class Children:
         child.status = "undefined"
         if process is None:
             return
-        self.by_pid.pop(process.pid, None)
+        self.running.pop(process.pid, None)
         child.process = None
         child.handle = None
         shutdown = child.spec.shutdown
@@ -196,7 +196,7 @@ class Children:
         deadline_s: float | None = 0.0
         for child in children:
             assert child.process is not None
-            self.by_pid.pop(child.process.pid, None)
+            self.running.pop(child.process.pid, None)
             if child.spec.shutdown == "brutal_kill":
                 child.process.signal_kill(KILLED)
             else:
@@ -230,7 +230,45 @@ class Children:
         self.tables.drop(child.key)
 
     def find(self, key: Hashable) -> Child | None:
+        """The child under ``key`` (its id, or its number under simple_one_for_one)."""
         for child in self.items:
             if child.key == key:
                 return child
         return None
+
+    def by_id(self, child_id: Hashable, operation: str | None = None) -> Child:
+        """The child ``child_id`` for an admin request; ``ChildNotFound`` if none."""
+        if self.dynamic:
+            raise SimpleOneForOneOnly(operation or "lookup by id")
+        child = self.find(child_id)
+        if child is None:
+            raise ChildNotFound(child_id)
+        return child
+
+    def by_pid(self, target: Any) -> Child:
+        """Under simple_one_for_one: the child of a pid or handle, also one between
+        restart attempts (by its last pid); ``ChildNotFound`` if none."""
+        pid = target.pid if isinstance(target, Handle) else target
+        if not isinstance(pid, Pid):
+            raise SimpleOneForOneOnly("terminate_child by id (give a pid or handle)")
+        child = self.running.get(pid)
+        if child is None:
+            child = next(
+                (c for c in self.items if c.status == "restarting" and c.last_pid == pid), None
+            )
+        if child is None:
+            raise ChildNotFound(target)
+        return child
+
+    def infos(self) -> list[ChildInfo]:
+        """``which_children``: every child in start order."""
+        return [child.info(self.dynamic) for child in self.items]
+
+    def counts(self) -> ChildCounts:
+        """``count_children``: specs, running children, supervisor specs, worker specs."""
+        active = sum(1 for c in self.items if c.process is not None)
+        supervisors = sum(1 for c in self.items if c.spec.type == "supervisor")
+        workers = len(self.items) - supervisors
+        # simple_one_for_one has one spec however many children it runs (OTP).
+        specs = 1 if self.dynamic else len(self.items)
+        return ChildCounts(specs, active, supervisors, workers)

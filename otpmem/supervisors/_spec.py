@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -164,6 +165,25 @@ def check_specs(specs: Iterable[ChildSpec], flags: Flags) -> list[ChildSpec]:
     return checked
 
 
+def start_arguments(
+    children: Iterable[ChildSpec] = (),
+    strategy: str = "one_for_one",
+    intensity: int = 1,
+    period: float = 5.0,
+    auto_shutdown: str = "never",
+    name: str | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    listeners: Iterable[Listener] = (),
+    start_timeout: float | None = None,
+) -> tuple[tuple[Any, ...], str | None, float | None]:
+    """The parameters of ``Supervisor.start_link`` and ``start``, checked before anything
+    starts: ``init``'s arguments, the name and the start timeout."""
+    flags = Flags(strategy, intensity, period, auto_shutdown)  # type: ignore[arg-type]
+    specs = check_specs(children, flags)
+    return (specs, flags, clock, list(listeners)), name, start_timeout
+
+
 def check_spec(spec: object, flags: Flags) -> ChildSpec:
     """Validate one spec against the flags."""
     if not isinstance(spec, ChildSpec):
@@ -206,6 +226,10 @@ class SupervisorEvent:
     child_id: Hashable = None
     pid: Pid | None = None
     reason: ExitReason = None
+
+
+Listener = Callable[[SupervisorEvent], None]
+"""Hears a supervisor's events (``listeners=``, ``subscribe``), on the supervisor's thread."""
 
 
 class SupervisorError(ActorError):

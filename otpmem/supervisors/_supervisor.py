@@ -1,7 +1,8 @@
 """The supervisor: OTP's restart state machine as a GenServer that traps exits.
 
-The whole policy is two decisions: ``_action`` maps (restart type, exit reason) to what
-happens, and the strategy decides which siblings go down and come back with the crashed child.
+It applies its policy (``_policy``: the restart table, the intensity, the strategies) to its
+child table (``_children``: starting, stopping and finding children), and answers the admin
+requests (``_requests`` checks them) as its ``_api_*`` methods.
 """
 
 from __future__ import annotations
@@ -9,10 +10,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
-import time
-from collections import deque
-from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..actors import (
     SHUTDOWN,
@@ -28,6 +27,8 @@ from ..actors import (
 from ..reprs import short_repr
 from ._children import Child, Children
 from ._handle import SupervisorHandle
+from ._policy import RestartIntensity, auto_shutdown, restart_action, restart_round
+from ._requests import parse_request
 from ._spec import (
     ChildAlreadyPresent,
     ChildAlreadyStarted,
@@ -39,32 +40,19 @@ from ._spec import (
     ChildSpec,
     Flags,
     InvalidChildSpec,
-    SimpleOneForOneOnly,
+    Listener,
     StartChildFailed,
     SupervisorError,
     SupervisorEvent,
     check_spec,
-    check_specs,
+    start_arguments,
 )
 
 logger = logging.getLogger("otpmem.supervisor")
 
-Listener = Callable[[SupervisorEvent], None]
 P = ParamSpec("P")
 C = TypeVar("C")
 R = TypeVar("R")
-_Action = Literal["restart", "keep", "delete"]
-
-
-def _action(restart: str, reason: ExitReason) -> _Action:
-    """OTP's exit-reason table (otp_pykka.md §1.5)."""
-    match restart:
-        case "permanent":
-            return "restart"
-        case "transient":
-            return "keep" if is_normal_exit(reason) else "restart"
-        case _:
-            return "delete"
 
 
 class _TryAgain:
@@ -72,25 +60,6 @@ class _TryAgain:
 
     def __init__(self, key: Hashable) -> None:
         self.key = key
-
-
-def _start_arguments(
-    children: Iterable[ChildSpec] = (),
-    strategy: str = "one_for_one",
-    intensity: int = 1,
-    period: float = 5.0,
-    auto_shutdown: str = "never",
-    name: str | None = None,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    listeners: Iterable[Listener] = (),
-    start_timeout: float | None = None,
-) -> tuple[tuple[Any, ...], str | None, float | None]:
-    """The parameters of ``Supervisor.start_link`` and ``start``, checked before anything
-    starts: ``init``'s arguments, the name and the start timeout."""
-    flags = Flags(strategy, intensity, period, auto_shutdown)  # type: ignore[arg-type]
-    specs = check_specs(children, flags)
-    return (specs, flags, clock, list(listeners)), name, start_timeout
 
 
 def _parameters_of(
@@ -128,7 +97,7 @@ class Supervisor(GenServer[SupervisorHandle]):
     kind = "supervisor"
 
     @classmethod
-    @_parameters_of(_start_arguments)
+    @_parameters_of(start_arguments)
     def start_link(cls, *args: Any, **kwargs: Any) -> SupervisorHandle:
         """Start a supervisor linked to the caller, with its children started in order.
 
@@ -137,14 +106,14 @@ class Supervisor(GenServer[SupervisorHandle]):
         ``InvalidChildSpec``/``InvalidSupervisorFlags`` before starting anything, and
         ``InitFailed`` if a child fails to start (the ones started are stopped again).
         """
-        init_args, name, start_timeout = _start_arguments(*args, **kwargs)
+        init_args, name, start_timeout = start_arguments(*args, **kwargs)
         return cls.spawn(init_args, {}, link=True, name=name, start_timeout=start_timeout)
 
     @classmethod
-    @_parameters_of(_start_arguments)
+    @_parameters_of(start_arguments)
     def start(cls, *args: Any, **kwargs: Any) -> SupervisorHandle:
         """Like ``start_link`` without the link: a root supervisor."""
-        init_args, name, start_timeout = _start_arguments(*args, **kwargs)
+        init_args, name, start_timeout = start_arguments(*args, **kwargs)
         return cls.spawn(init_args, {}, link=False, name=name, start_timeout=start_timeout)
 
     # -- init and terminate -----------------------------------------------------------------
@@ -157,9 +126,8 @@ class Supervisor(GenServer[SupervisorHandle]):
         listeners: list[Listener],
     ) -> None:
         self.flags = flags
-        self.clock = clock
+        self.intensity = RestartIntensity(flags, clock)
         self.listeners = listeners
-        self.restarts: deque[float] = deque()
         self.dynamic = flags.strategy == "simple_one_for_one"
         self.kids = Children(self._process, self.dynamic, self._emit, self._label)
         on_exit(self.kids.kill_all)
@@ -195,26 +163,7 @@ class Supervisor(GenServer[SupervisorHandle]):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
-        # Every request is checked whole before its handler runs: a malformed one is the
-        # caller's error, never a crash that would take the children down with it.
-        if not (isinstance(message, tuple) and message and isinstance(message[0], str)):
-            raise SupervisorError(
-                f"not a supervisor request: {short_repr(message)} (a request is a tuple "
-                "(operation, *arguments), e.g. ('which_children',))"
-            )
-        operation, args = message[0], message[1:]
-        requests = _requests(type(self))
-        params = requests.get(operation)
-        if params is None:
-            raise SupervisorError(
-                f"unknown supervisor request {short_repr(operation)}; "
-                f"a supervisor answers {', '.join(sorted(requests))}"
-            )
-        if len(args) != len(params):
-            raise SupervisorError(
-                f"supervisor request {operation!r} takes {_arguments(params)}, "
-                f"got {len(args)}: {short_repr(message)}"
-            )
+        operation, args = parse_request(type(self), message)
         return getattr(self, f"_api_{operation}")(*args)
 
     # -- exits and restarts -----------------------------------------------------------------
@@ -228,26 +177,18 @@ class Supervisor(GenServer[SupervisorHandle]):
         child.status = "undefined"
         child.last_pid = pid
         self._emit("exited", child, pid, reason)
-        action = _action(child.spec.restart, reason)
+        action = restart_action(child.spec.restart, reason)
         if action == "restart":
             return self._restart(child)
         if action == "delete" or self.dynamic:
             self.kids.discard(child)
-        if child.spec.significant and self._should_auto_shutdown():
+        if child.spec.significant and auto_shutdown(self.flags.auto_shutdown, self.kids.items):
             self._emit("auto_shutdown", child, pid, reason)
             return Stop(SHUTDOWN)
         return None
 
-    def _should_auto_shutdown(self) -> bool:
-        mode = self.flags.auto_shutdown
-        if mode == "any_significant":
-            return True
-        if mode == "all_significant":
-            return not any(c.spec.significant and c.process is not None for c in self.kids.items)
-        return False
-
     def _restart(self, child: Child) -> Any:
-        if not self._add_restart():
+        if not self.intensity.add():
             logger.error(
                 "supervisor %s reached max restart intensity (%d in %s s) restarting %s; "
                 "shutting down",
@@ -260,19 +201,12 @@ class Supervisor(GenServer[SupervisorHandle]):
             if not self.dynamic:
                 self.kids.remove(child)  # not discard: its tables go up with ours
             return Stop(SHUTDOWN)
-        strategy = self.flags.strategy
-        if strategy in ("one_for_one", "simple_one_for_one"):
-            self._restart_from([child])
-        elif strategy == "one_for_all":
-            for other in reversed(self.kids.items):
-                if other is not child:
-                    self._shutdown_bystander(other)
-            self._restart_from([c for c in self.kids.items if c.spec.restart != "temporary"])
-        else:
-            tail = self.kids.items[self.kids.items.index(child) + 1 :]
-            for other in reversed(tail):
-                self._shutdown_bystander(other)
-            self._restart_from(self.kids.items[self.kids.items.index(child) :])
+        stop, start = restart_round(self.flags.strategy, self.kids.items, child)
+        for other in stop:
+            self.kids.shutdown(other)
+            if other.spec.restart == "temporary":
+                self.kids.discard(other)
+        self._restart_from(start)
         return None
 
     def _restart_from(self, round_: list[Child]) -> None:
@@ -290,33 +224,13 @@ class Supervisor(GenServer[SupervisorHandle]):
                 self._process.send(_TryAgain(child.key))
                 return
 
-    def _add_restart(self) -> bool:
-        # OTP's add_restart, on the clock's float seconds where OTP truncates to whole
-        # seconds: a restart counts while it is at most `period` seconds old.
-        now = self.clock()
-        self.restarts.append(now)
-        horizon = now - self.flags.period
-        while self.restarts and self.restarts[0] < horizon:
-            self.restarts.popleft()
-        return len(self.restarts) <= self.flags.intensity
-
-    def _shutdown_bystander(self, child: Child) -> None:
-        self.kids.shutdown(child)
-        if child.spec.restart == "temporary":
-            self.kids.discard(child)
-
     # -- admin API (each a handle_call) -----------------------------------------------------
 
     def _api_which_children(self) -> list[ChildInfo]:
-        return [child.info(self.dynamic) for child in self.kids.items]
+        return self.kids.infos()
 
     def _api_count_children(self) -> ChildCounts:
-        active = sum(1 for c in self.kids.items if c.process is not None)
-        supervisors = sum(1 for c in self.kids.items if c.spec.type == "supervisor")
-        workers = len(self.kids.items) - supervisors
-        # simple_one_for_one has one spec however many children it runs (OTP).
-        specs = 1 if self.dynamic else len(self.kids.items)
-        return ChildCounts(specs, active, supervisors, workers)
+        return self.kids.counts()
 
     def _api_start_child(self, spec_or_args: Any) -> Handle | None:
         if self.dynamic:
@@ -348,19 +262,19 @@ class Supervisor(GenServer[SupervisorHandle]):
 
     def _api_terminate_child(self, target: Any) -> None:
         if self.dynamic:
-            child = self._dynamic_child(target)
+            child = self.kids.by_pid(target)
             self.kids.shutdown(child)
             self.kids.discard(child)
             return
         if isinstance(target, Pid | Handle):
             raise ChildNotFound(target)
-        child = self._static_child(target)
+        child = self.kids.by_id(target)
         self.kids.shutdown(child)
         if child.spec.restart == "temporary":
             self.kids.discard(child)
 
     def _api_restart_child(self, child_id: Hashable) -> Handle | None:
-        child = self._static_child(child_id, "restart_child")
+        child = self.kids.by_id(child_id, "restart_child")
         if child.status == "restarting":
             raise ChildRestarting(child_id)
         if child.process is not None:
@@ -371,7 +285,7 @@ class Supervisor(GenServer[SupervisorHandle]):
         return child.handle
 
     def _api_delete_child(self, child_id: Hashable) -> None:
-        child = self._static_child(child_id, "delete_child")
+        child = self.kids.by_id(child_id, "delete_child")
         if child.status == "restarting":
             raise ChildRestarting(child_id)
         if child.process is not None:
@@ -380,8 +294,8 @@ class Supervisor(GenServer[SupervisorHandle]):
 
     def _api_get_childspec(self, target: Any) -> ChildSpec:
         if self.dynamic:
-            return self._dynamic_child(target).spec
-        return self._static_child(target).spec
+            return self.kids.by_pid(target).spec
+        return self.kids.by_id(target).spec
 
     def _api_subscribe(self, listener: Listener) -> None:
         if not callable(listener):
@@ -399,35 +313,13 @@ class Supervisor(GenServer[SupervisorHandle]):
 
     def _api_info(self) -> dict[str, Any]:
         # For observers: the flags, and how much of the intensity the window holds now.
-        horizon = self.clock() - self.flags.period
         return {
             "strategy": self.flags.strategy,
             "intensity": self.flags.intensity,
             "period": self.flags.period,
             "auto_shutdown": self.flags.auto_shutdown,
-            "restarts_in_period": sum(1 for t in self.restarts if t >= horizon),
+            "restarts_in_period": self.intensity.in_period(),
         }
-
-    def _static_child(self, child_id: Hashable, operation: str | None = None) -> Child:
-        if self.dynamic:
-            raise SimpleOneForOneOnly(operation or "lookup by id")
-        child = self.kids.find(child_id)
-        if child is None:
-            raise ChildNotFound(child_id)
-        return child
-
-    def _dynamic_child(self, target: Any) -> Child:
-        pid = target.pid if isinstance(target, Handle) else target
-        if not isinstance(pid, Pid):
-            raise SimpleOneForOneOnly("terminate_child by id (give a pid or handle)")
-        child = self.kids.by_pid.get(pid)
-        if child is None:
-            child = next(
-                (c for c in self.kids.items if c.status == "restarting" and c.last_pid == pid), None
-            )
-        if child is None:
-            raise ChildNotFound(target)
-        return child
 
     # -- reports ----------------------------------------------------------------------------
 
@@ -455,31 +347,6 @@ class Supervisor(GenServer[SupervisorHandle]):
                 logger.exception(
                     "supervisor %s: event listener %s failed", self._label(), short_repr(listener)
                 )
-
-
-_request_tables: dict[type[Supervisor], dict[str, tuple[str, ...]]] = {}
-
-
-def _requests(server: type[Supervisor]) -> dict[str, tuple[str, ...]]:
-    """The admin requests a supervisor class answers, each with its arguments' names.
-
-    Read once from the ``_api_*`` methods themselves, so the check cannot drift from them.
-    """
-    table = _request_tables.get(server)
-    if table is None:
-        table = {}
-        for name in dir(server):
-            if name.startswith("_api_"):
-                _, *params = inspect.signature(getattr(server, name)).parameters  # minus self
-                table[name.removeprefix("_api_")] = tuple(params)
-        _request_tables[server] = table
-    return table
-
-
-def _arguments(params: tuple[str, ...]) -> str:
-    if not params:
-        return "no arguments"
-    return f"{len(params)} argument{'s' if len(params) > 1 else ''} ({', '.join(params)})"
 
 
 def _as_cause(reason: ExitReason) -> BaseException | None:
