@@ -20,6 +20,7 @@ from otpmem.actors import (
     StartIgnored,
     Stop,
     faults,
+    live_processes,
     reply,
 )
 from tests.support import WAIT, Trace, Worker
@@ -326,3 +327,46 @@ def test_stop_from_inside_the_server_is_refused() -> None:
     assert server.call("go") == "ok"
     assert server.wait(WAIT) == "normal"
     assert len(errors) == 1
+
+
+class Spawner(GenServer):
+    """Spawns a Worker from inside itself, linked or not, and reports whether it is linked."""
+
+    def handle_call(self, link: bool) -> Any:
+        child = Worker.spawn((), {}, link=link)
+        process = child.process_or_none()
+        linked = process in self._process.links
+        child.stop()
+        return linked
+
+
+def test_spawn_links_the_new_server_to_its_caller_only_when_asked() -> None:
+    spawner = Spawner.start_link()
+    try:
+        assert spawner.call(True) is True
+        assert spawner.call(False) is False
+    finally:
+        spawner.stop()
+    named = Worker.spawn(("w",), {}, link=False, name="genserver.spawned")
+    try:
+        assert Worker.named("genserver.spawned").call("ping") == "pong"
+    finally:
+        named.stop()
+
+
+class Agentish(GenServer):
+    kind = "agent"
+
+
+def test_a_process_reports_its_servers_kind_or_else_its_class_name() -> None:
+    worker = Worker.start_link()
+    agent = Agentish.start_link()
+    try:
+        assert [p.kind for p in live_processes() if p.pid in (worker.pid, agent.pid)] == [
+            "worker",
+            "agent",
+        ]
+        assert [p.pid for p in live_processes("agent")] == [agent.pid]
+    finally:
+        worker.stop()
+        agent.stop()

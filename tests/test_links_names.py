@@ -177,6 +177,17 @@ def test_named_handle_follows_the_name_to_a_new_incarnation() -> None:
         second.stop()
 
 
+def test_process_or_none_gives_the_process_behind_a_handle_without_raising() -> None:
+    named = Handle.named("looked-up")
+    assert named.process_or_none() is None
+    worker = Worker.start(name="looked-up")
+    process = worker.process_or_none()
+    assert process is not None and named.process_or_none() is process
+    worker.stop()
+    assert named.process_or_none() is None  # the name is free again
+    assert worker.process_or_none() is process and process.dead  # that incarnation, exited
+
+
 def test_register_and_unregister_by_hand() -> None:
     worker = Worker.start()
     try:

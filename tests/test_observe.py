@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 import otpmem
-from otpmem.actors import GenServer, blocking, faults
+from otpmem.actors import GenServer, blocking, faults, runtime
 from otpmem.llm import ScriptedModel
 from otpmem.messages import Conv
 from otpmem.observe import Observer, TurnMeter, serve
@@ -113,6 +113,7 @@ def test_processes_show_their_state_and_mailbox_without_being_called() -> None:
         assert (busy["state"], busy["mailbox"]) == ("waiting", 3)
         assert snapshot["processes"][0]["name"] == "busy"  # the busiest mailbox first
         assert snapshot["node"]["mailbox_total"] >= 3
+        assert snapshot["node"]["schedulers"] == runtime.scheduler_count() >= 1
     finally:
         gate.set()
         sup.stop()

@@ -8,6 +8,7 @@ brutal_kill child, exits with ``killed``; a child that exits by itself keeps its
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from otpmem.supervisors import (
     ChildCounts,
     ChildNotFound,
     ChildSpec,
+    InvalidSupervisorFlags,
     StartChildFailed,
     Supervisor,
     SupervisorEvent,
@@ -89,6 +91,30 @@ def test_sup_start_normal_no_children_terminates_with_shutdown() -> None:
         sup.stop("shutdown")
     assert not sup.alive
     assert sup.exit_reason == "shutdown"
+
+
+def test_start_link_and_start_take_the_same_parameters_positionally_or_by_name() -> None:
+    assert inspect.signature(Supervisor.start_link) == inspect.signature(Supervisor.start)
+    assert list(inspect.signature(Supervisor.start).parameters)[:6] == [
+        "children",
+        "strategy",
+        "intensity",
+        "period",
+        "auto_shutdown",
+        "name",
+    ]
+    root = Supervisor.start([worker_spec("w")], "one_for_all", 3, 2.0, "never", "sup.root")
+    try:
+        assert (root.name, root.info()["strategy"], root.info()["intensity"]) == (
+            "sup.root",
+            "one_for_all",
+            3,
+        )
+        assert root.count_children().active == 1
+    finally:
+        root.stop()
+    with pytest.raises(InvalidSupervisorFlags):
+        Supervisor.start_link([], strategy="one_for_none")
 
 
 def test_sup_start_normal_child_supervisor_terminated_by_parent_with_shutdown() -> None:

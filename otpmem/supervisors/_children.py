@@ -34,6 +34,8 @@ Emit = Callable[[str, "Child | None", "Pid | None", ExitReason], None]
 
 
 class Child:
+    """One child of a supervisor: its key, its spec and extra args, and where it stands."""
+
     __slots__ = ("args", "handle", "key", "last_pid", "process", "spec", "status")
 
     def __init__(self, key: Hashable, spec: ChildSpec, args: tuple[Any, ...] = ()) -> None:
@@ -109,10 +111,10 @@ class Children:
         # The child's init adopts the tables its previous incarnation left; a child that
         # dies before it is tracked still hands them back under this key.
         with self.tables.starting(child.key):
-            outcome = self._start(child)
-        if child.process is not None and outcome[0] == "ok":
+            outcome, reason = self._start(child)
+        if child.process is not None and outcome == "ok":
             self.emit(event, child, child.process.pid, None)
-        return outcome
+        return outcome, reason
 
     def _start(self, child: Child) -> tuple[str, ExitReason]:
         try:
