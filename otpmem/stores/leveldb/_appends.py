@@ -78,7 +78,7 @@ class Appending:
             self.convs[conv] = known
         return known
 
-    def _read(self, key: bytes, staged: Staged) -> bytes | None:
+    def read_through(self, key: bytes, staged: Staged) -> bytes | None:
         """A key as the next write will find it: this write's own ops, then the queued
         writes, then the disk."""
         if key in staged:
@@ -123,7 +123,7 @@ class Appending:
         meta.next_seq += len(batch)
         meta.count += len(batch)
         ops.append((known.meta_key, meta.pack()))
-        usage = lt.usage_ops(lambda key: self._read(key, staged), conv, batch)
+        usage = lt.usage_ops(lambda key: self.read_through(key, staged), conv, batch)
         for key, value in usage[:2]:  # the running sums: the next add must see them
             staged[key] = value
         ops.extend(usage)
@@ -149,7 +149,7 @@ class Appending:
         ]
         if ordinal >= KEYS_KEPT:
             oldest = keys.message_key(order, ordinal - KEYS_KEPT)
-            forgotten = self._read(oldest, staged)
+            forgotten = self.read_through(oldest, staged)
             ops.append((oldest, None))
             if forgotten is not None:
                 forgotten_entry = keys.conv_prefix(keys.KEY, conv) + forgotten
@@ -175,7 +175,8 @@ class _KeysHeld:
     def __contains__(self, key: object) -> bool:
         return (
             isinstance(key, str)
-            and self.store._read(keys.idempotency_key(self.conv, key), self.staged) is not None
+            and self.store.read_through(keys.idempotency_key(self.conv, key), self.staged)
+            is not None
         )
 
 

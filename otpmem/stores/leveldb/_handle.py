@@ -1,7 +1,7 @@
 """The face of a LevelDBStore: reads run on the caller's thread against the open database;
 an add from a thread that is not a process runs there too (its ops built under the store's
 write lock, then a wait for its fsync); other writes, and a process's adds, are calls to
-the server (see ``leveldb``)."""
+the server (see ``_server``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The face of a MemoryStore: reads straight from its table, adds on the caller's thread
-under the store's write lock, other writes as calls (see ``memory``)."""
+under the store's write lock, other writes as calls (see ``_server``)."""
 
 from __future__ import annotations
 
