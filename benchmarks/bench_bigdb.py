@@ -79,7 +79,7 @@ def write_conversation(
             for i in range(start, min(n, start + step)):
                 batch.put(keys.message_key(prefix, first + i), packed[i % len(packed)])
     total = first + n
-    db.put(keys.conv_prefix(keys.META, conv), msgpack.packb([total, total, 0, -1, first]))
+    db.put(keys.conv_prefix(keys.META, conv), keys.Meta(total, total, 0, -1, first).pack())
     db.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode())
 
 

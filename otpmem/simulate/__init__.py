@@ -12,9 +12,11 @@ first use). ``Timeline`` and ``Bucket`` are the per-second series a report plots
 
 from typing import TYPE_CHECKING, Any
 
+from ._conventions import USER_ID
 from ._files import LEDGER, PARAMS, Ledger, RunMismatch, RunParams, RunRefused
 from ._model import ModelFailed, ModelWatch, describe, openai_model, scripted_arithmetic
-from ._simulation import USER_ID, Simulation, SimulationReport
+from ._report import SimulationReport
+from ._simulation import Simulation
 from ._timeline import Bucket, Timeline
 
 if TYPE_CHECKING:

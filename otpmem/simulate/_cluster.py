@@ -4,8 +4,8 @@ agents, all on one PostgreSQL, audited together for exactly-once.
 The coordinator (this process) starts or joins the database (the embedded PostgreSQL under
 ``DATA/postgres``, or the server of a DSN; one schema per run), takes the run's advisory
 lock (a run still going elsewhere is refused), makes one lease per conversation and places
-the nodes (``_sim_placement``). It never tells a node what to work on: each node claims
-leases in the database (``stores._pg_leases``). It watches progress in the leases table,
+the nodes (``_placement``). It never tells a node what to work on: each node claims
+leases in the database (``stores.postgres``'s ``Leases``). It watches progress in the leases table,
 injects node faults (``kill_node``: SIGKILL of a whole node, a fifth of ``--chaos``; the
 nodes inject the other four kinds among themselves), starts a new incarnation of each
 killed node, and once every conversation is done merges the nodes' ledgers
@@ -25,6 +25,7 @@ from typing import Any
 
 from ..llm import ModelError
 from ..stores.postgres import connected, embedded_server
+from ._conventions import conv_id
 from ._files import (
     Ledger,
     RunParams,
@@ -36,7 +37,8 @@ from ._model import ModelFailed
 from ._node import EXIT_MODEL_FAILED
 from ._node_config import NodeConfig, summary_path
 from ._placement import Placement, placement
-from ._simulation import Simulation, SimulationReport, _conv_id
+from ._report import SimulationReport
+from ._simulation import Simulation
 from ._timeline import Timeline
 
 POLL = 0.1
@@ -147,7 +149,7 @@ class ClusterSimulation(Simulation):
                     self._check_params()
                 else:
                     self.params.save(self.data_dir)
-                leases.add(_conv_id(i) for i in range(self.agents))
+                leases.add(conv_id(i) for i in range(self.agents))
                 done = len(previous)
                 if done:
                     self._rng.seed(f"{self.seed}/{done}")
@@ -313,19 +315,21 @@ class ClusterSimulation(Simulation):
 
     def _node_times(self, summary: dict[str, Any]) -> None:
         wall = time.time() - self.timeline.now()
-        with self.timeline._lock:
-            self.timeline.faults += [(t - wall, str(k)) for t, k in summary.get("fault_times", [])]
-            self.timeline.restarts += [t - wall for t in summary.get("restart_times", [])]
+        self.timeline.add_events(
+            [(t - wall, str(k)) for t, k in summary.get("fault_times", [])],
+            [t - wall for t in summary.get("restart_times", [])],
+        )
 
     def _fill_timeline(self, entries: list[dict[str, Any]], wall0: float) -> None:
         """This run's turns, from the ledgers (a killed node's turns are there too)."""
         offset = time.time() - self.timeline.now()
-        with self.timeline._lock:
-            self.timeline.turns = sorted(
+        self.timeline.set_turns(
+            sorted(
                 (float(e["at"]) - offset, float(e.get("latency", 0.0)))
                 for e in entries
                 if isinstance(e.get("at"), int | float) and e["at"] >= wall0
             )
+        )
 
 
 __all__ = ["ClusterSimulation", "merge_ledgers"]

@@ -34,26 +34,22 @@ from ..llm import ChatModel, ScriptedModel
 from ..messages import Conv
 from ..stores import StoreError, default_store
 from ..stores.postgres import Heartbeat, Lease, Leases
-from . import _simulation as simulate
+from ._conventions import USER_ID, Stopped, agent_index, agent_name, conv_id, retrying
 from ._files import Ledger
 from ._model import add, scripted_arithmetic
 from ._node_config import NodeConfig, ledger_path, write_summary
+from ._simulation import Simulation
 from ._timeline import Timeline
 
 EXIT_MODEL_FAILED = 3
 EXIT_UNAVAILABLE = 2
 
 
-def _index(conv_id: str) -> int:
-    """The agent of a conversation: ``sim-7`` -> 7."""
-    return int(conv_id.rsplit("-", 1)[1])
-
-
 class _Dropped(Exception):
     """The node lost this conversation's lease: another node works it now."""
 
 
-class NodeSimulation(simulate.Simulation):
+class NodeSimulation(Simulation):
     """The one-process simulation's turns, chaos and retries, on the leases this node holds."""
 
     def __init__(self, config: NodeConfig, stop: threading.Event) -> None:
@@ -112,7 +108,7 @@ class NodeSimulation(simulate.Simulation):
         try:
             self._model_client = model
             for i in cfg.share:
-                lease = self.leases.claim(simulate._conv_id(i))
+                lease = self.leases.claim(conv_id(i))
                 if lease is not None:
                     self._take(i, lease)
             workers = [
@@ -150,7 +146,7 @@ class NodeSimulation(simulate.Simulation):
                 with self._state:
                     room = self.capacity - len(self._active)
                 for lease in self.leases.claim_free(room, self.config.turns):
-                    self._take(_index(lease.name), lease)
+                    self._take(agent_index(lease.name), lease)
                 with self._state:
                     idle = not self._active
                 if idle and self.leases.remaining(self.config.turns) == 0:
@@ -168,9 +164,9 @@ class NodeSimulation(simulate.Simulation):
                 llm=self._model_client,
                 memory={"window": 20},
                 conversation_id=name,
-                user_id=simulate.USER_ID,
+                user_id=USER_ID,
                 tools=[add],
-                name=simulate._agent_name(i),
+                name=agent_name(i),
                 system_prompt=f"You are agent {i} of a simulation.",
             )
             self._started.add(i)
@@ -184,14 +180,14 @@ class NodeSimulation(simulate.Simulation):
     def _lost(self, names: list[str]) -> None:
         with self._state:
             for name in names:
-                i = _index(name)
+                i = agent_index(name)
                 self._dropped.add(i)
                 self._active.discard(i)
 
     def _drop(self, i: int) -> None:
         """Stop working on a conversation whose lease this node may no longer hold, and let
         it go in the database so that it does not wait out the lease to be taken over."""
-        name = simulate._conv_id(i)
+        name = conv_id(i)
         self._lost([name])
         with contextlib.suppress(StoreError):  # unreachable: it expires, as a dead node's do
             self.leases.release(name)
@@ -206,7 +202,7 @@ class NodeSimulation(simulate.Simulation):
                 continue
             try:
                 self._serve(i, ledger)
-            except (_Dropped, simulate._Stopped):
+            except (_Dropped, Stopped):
                 continue
             except StoreError as exc:  # the leases' database: this conversation waits
                 if not self._lease_gone(i):
@@ -222,7 +218,7 @@ class NodeSimulation(simulate.Simulation):
                 self._stopping.set()
 
     def _serve(self, i: int, ledger: Ledger) -> None:
-        name = simulate._conv_id(i)
+        name = conv_id(i)
         self._check_lease(i)
         turn = self._next[i]
         if self._epoch.pop(i, 1) > 1 and self._begun(name, turn):
@@ -257,14 +253,14 @@ class NodeSimulation(simulate.Simulation):
                     batch.append(self._advances.get_nowait())
                 except queue.Empty:
                     break
-            progress = {simulate._conv_id(i): turn for i, turn in batch}
+            progress = {conv_id(i): turn for i, turn in batch}
             try:
                 kept = self.leases.advance_many(progress)
             except StoreError as exc:  # the database is away: these wait out their leases
                 print(f"node {self.config.node_id}: {exc}", file=sys.stderr, flush=True)
                 kept = set()
             for i, turn in batch:
-                name = simulate._conv_id(i)
+                name = conv_id(i)
                 if name not in kept:
                     self._drop(i)
                     continue
@@ -281,13 +277,13 @@ class NodeSimulation(simulate.Simulation):
         """Whether an earlier owner stored part (or all) of this turn before it died."""
         store = default_store()
         key = f"turn:{name}:{turn}:0"
-        position = simulate._retrying(lambda: store.key_position(Conv(simulate.USER_ID, name), key))
+        position = retrying(lambda: store.key_position(Conv(USER_ID, name), key))
         return position is not None
 
     def _check_lease(self, i: int) -> None:
         """Raise ``_Dropped`` unless this node still holds the lease (renewing it if the
         local certainty ran out)."""
-        name = simulate._conv_id(i)
+        name = conv_id(i)
         with self._state:
             dropped = i in self._dropped
         if dropped:
@@ -299,14 +295,14 @@ class NodeSimulation(simulate.Simulation):
     def _lease_gone(self, i: int) -> bool:
         """Whether the database says this node no longer holds conversation ``i``'s lease."""
         try:
-            return not self.leases.advance(simulate._conv_id(i), self._next[i])
+            return not self.leases.advance(conv_id(i), self._next[i])
         except StoreError:
             return False  # unreachable: it cannot say, so the failure stands
 
     def _run_turn(self, agent: AgentHandle, text: str, turn_id: str) -> list[dict[str, Any]]:
         # Every attempt first makes sure the lease is still ours: a node that lost it must
         # not write, even a write its idempotency key would make harmless.
-        self._check_lease(_index(turn_id.rsplit(":", 1)[0]))
+        self._check_lease(agent_index(turn_id.rsplit(":", 1)[0]))
         return super()._run_turn(agent, text, turn_id)
 
     def _victim(self) -> int:

@@ -1,13 +1,128 @@
-"""The text of a simulation's report: each figure says what it counts, and a verdict that
-is never ``INCOMPLETE`` without its reasons. ``SimulationReport.lines()`` and
-``verdict()`` call these."""
+"""What a simulation did: the audit of every acknowledged message against the store, the
+report it fills, and the report's text (each figure says what it counts, and a verdict
+that is never ``INCOMPLETE`` without its reasons)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._simulation import SimulationReport
+from ..messages import Conv
+from ._conventions import USER_ID, retrying
+
+
+@dataclass
+class SimulationReport:
+    """What a run did, and whether anything acknowledged was lost."""
+
+    agents: int
+    turns_done: int
+    turns_planned: int
+    messages_acknowledged: int
+    messages_stored: int
+    lost: int
+    faults: dict[str, int]
+    restarts: int
+    seconds: float
+    resumed_from: int = 0
+    duplicated: int = 0
+    lost_examples: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    data_dir: str = ""
+    retries: int = 0
+    interrupted: bool = False
+    stopped_by_budget: int = 0
+    turns_over_budget: int = 0
+    nodes: int = 1
+    store: str = "leveldb"
+    continued: int = 0
+    """Turns a killed node had half-stored, finished by the node that took its lease."""
+
+    @property
+    def complete(self) -> bool:
+        """True when every planned turn was done (or not run: its agent's budget was spent)."""
+        return self.turns_done + self.turns_over_budget == self.turns_planned
+
+    @property
+    def ok(self) -> bool:
+        """True when every turn was done and every acknowledged message is stored, once."""
+        return self.lost == 0 and self.duplicated == 0 and self.complete and not self.errors
+
+    @property
+    def turns_this_run(self) -> int:
+        """Turns acknowledged by this run (not by the one it resumed)."""
+        return self.turns_done - self.resumed_from
+
+    @property
+    def turns_per_s(self) -> float:
+        """This run's turns over its wall time, as its progress bar counts them."""
+        return self.turns_this_run / self.seconds if self.seconds > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        """The report, as printed by ``otpmem simulate``: each figure says what it counts."""
+        return report_lines(self)
+
+    def verdict(self) -> list[str]:
+        """The last lines: OK, or LOST and INCOMPLETE, each followed by its reasons."""
+        return verdict_lines(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {
+            **self.__dict__,
+            "complete": self.complete,
+            "ok": self.ok,
+            "turns_this_run": self.turns_this_run,
+            "turns_per_s": self.turns_per_s,
+        }
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What the store holds of the acknowledged turns: ``acknowledged`` messages (in
+    ``turns_done`` turns), ``stored`` read back, ``lost`` missing, and a few of the lost."""
+
+    turns_done: int
+    acknowledged: int
+    stored: int
+    lost: int
+    lost_examples: list[str]
+
+
+def audit(entries: list[dict[str, Any]], store: Any) -> Audit:
+    """Read every conversation of the ledger's ``entries`` back from ``store`` and find each
+    acknowledged message in it, in order."""
+    by_conv: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_conv.setdefault(entry["conversation"], []).append(entry)
+    acknowledged = lost = stored = 0
+    examples: list[str] = []
+    for conv_id, conv_entries in sorted(by_conv.items()):
+        conv_entries.sort(key=lambda e: e["turn"])
+        key = Conv(USER_ID, conv_id)
+        stored_messages = retrying(lambda: store.get(key))  # noqa: B023 - called at once
+        history = [[m.get("role"), m.get("content")] for m in stored_messages]
+        stored += len(history)
+        position = 0
+        for entry in conv_entries:
+            for expected in entry["messages"]:
+                acknowledged += 1
+                found = _find(history, expected, position)
+                if found is None:
+                    lost += 1
+                    if len(examples) < 5:
+                        examples.append(f"{conv_id} turn {entry['turn']}: {expected}")
+                else:
+                    position = found + 1
+    turns_done = len({(e["conversation"], e["turn"]) for e in entries})
+    return Audit(turns_done, acknowledged, stored, lost, examples)
+
+
+def _find(history: list[list[Any]], expected: list[Any], start: int) -> int | None:
+    for index in range(start, len(history)):
+        if history[index] == expected:
+            return index
+    return None
 
 
 def plural(count: int, noun: str) -> str:
@@ -92,4 +207,12 @@ def verdict_lines(report: SimulationReport) -> list[str]:
     return lines
 
 
-__all__ = ["plural", "report_lines", "seconds", "verdict_lines"]
+__all__ = [
+    "Audit",
+    "SimulationReport",
+    "audit",
+    "plural",
+    "report_lines",
+    "seconds",
+    "verdict_lines",
+]

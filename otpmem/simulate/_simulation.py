@@ -9,6 +9,9 @@ fault, so each message is stored exactly once (``messages stored == messages ack
 killed with SIGKILL can be resumed: the ledger says where each agent was, the turn in flight
 continues from what it stored, and the audit covers both runs. The run's parameters are kept
 beside the ledger (``run.json``): a resumed run is the run that was started.
+
+This module is the run: its tree, its workers' turns and retries, its chaos. The audit and
+the report it fills are ``_report``'s.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from ..agents import AgentHandle, Callbacks, TurnFailed
 from ..app import start, start_agent
 from ..guardrails import PolicyViolation, TokenBudget
 from ..llm import ChatModel, ScriptedModel
-from ..messages import Conv
 from ..stores import default_store
 from ..stores.leveldb import files as store_files
 from ..supervisors import SupervisorEvent, SupervisorHandle
+from ._conventions import USER_ID, Stopped, agent_name, conv_id
 from ._files import (
     LEDGER,
     Ledger,
@@ -42,10 +45,9 @@ from ._files import (
     check_run_directory,
 )
 from ._model import ModelFailed, ModelWatch, add, scripted_arithmetic
-from ._report import report_lines, verdict_lines
+from ._report import SimulationReport, audit
 from ._timeline import Timeline
 
-USER_ID = "sim"
 FAULTS = ("kill_store", "crash_store", "kill_agent", "crash_agent_on_message")
 Retryable = (NoProcess, ServerExited, TurnFailed, CallTimeout)
 TURN_ATTEMPTS = 200
@@ -53,76 +55,6 @@ TURN_TIMEOUT = 60.0
 MODEL_FAILURE_BUDGET = 3
 """Turns in a row that may fail on the model (after its client's own retries) before the
 run stops: the model is down, and every further attempt would only wait and fail."""
-
-
-class _Stopped(Exception):
-    """A worker leaves its turns: the run is stopping (Ctrl-C, or the model is down)."""
-
-
-@dataclass
-class SimulationReport:
-    """What a run did, and whether anything acknowledged was lost."""
-
-    agents: int
-    turns_done: int
-    turns_planned: int
-    messages_acknowledged: int
-    messages_stored: int
-    lost: int
-    faults: dict[str, int]
-    restarts: int
-    seconds: float
-    resumed_from: int = 0
-    duplicated: int = 0
-    lost_examples: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    data_dir: str = ""
-    retries: int = 0
-    interrupted: bool = False
-    stopped_by_budget: int = 0
-    turns_over_budget: int = 0
-    nodes: int = 1
-    store: str = "leveldb"
-    continued: int = 0
-    """Turns a killed node had half-stored, finished by the node that took its lease."""
-
-    @property
-    def complete(self) -> bool:
-        """True when every planned turn was done (or not run: its agent's budget was spent)."""
-        return self.turns_done + self.turns_over_budget == self.turns_planned
-
-    @property
-    def ok(self) -> bool:
-        """True when every turn was done and every acknowledged message is stored, once."""
-        return self.lost == 0 and self.duplicated == 0 and self.complete and not self.errors
-
-    @property
-    def turns_this_run(self) -> int:
-        """Turns acknowledged by this run (not by the one it resumed)."""
-        return self.turns_done - self.resumed_from
-
-    @property
-    def turns_per_s(self) -> float:
-        """This run's turns over its wall time, as its progress bar counts them."""
-        return self.turns_this_run / self.seconds if self.seconds > 0 else 0.0
-
-    def lines(self) -> list[str]:
-        """The report, as printed by ``otpmem simulate``: each figure says what it counts."""
-        return report_lines(self)
-
-    def verdict(self) -> list[str]:
-        """The last lines: OK, or LOST and INCOMPLETE, each followed by its reasons."""
-        return verdict_lines(self)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready data."""
-        return {
-            **self.__dict__,
-            "complete": self.complete,
-            "ok": self.ok,
-            "turns_this_run": self.turns_this_run,
-            "turns_per_s": self.turns_per_s,
-        }
 
 
 @dataclass
@@ -211,10 +143,10 @@ class Simulation:
                     start_agent(
                         llm=model,
                         memory={"window": 20},
-                        conversation_id=_conv_id(i),
+                        conversation_id=conv_id(i),
                         user_id=USER_ID,
                         tools=[add],
-                        name=_agent_name(i),
+                        name=agent_name(i),
                         system_prompt=f"You are agent {i} of a simulation.",
                         guardrails=self._guardrails(),
                         callbacks=self.callbacks,
@@ -279,7 +211,7 @@ class Simulation:
     def _worker(self, mine: list[int], done: set[tuple[str, int]], ledger: Ledger) -> None:
         try:
             self._work(mine, done, ledger)
-        except _Stopped:
+        except Stopped:
             return
         except Exception as exc:  # reported, and the run fails: never a silent short run
             self._errors.append(f"{threading.current_thread().name}: {exc}")
@@ -287,7 +219,7 @@ class Simulation:
     def _work(self, mine: list[int], done: set[tuple[str, int]], ledger: Ledger) -> None:
         for turn in range(self.turns):
             for i in mine:
-                if (_conv_id(i), turn) in done:
+                if (conv_id(i), turn) in done:
                     continue
                 if i in self._over_budget:
                     with self._acked_lock:
@@ -303,7 +235,7 @@ class Simulation:
                     messages = refused.stored
                     with self._acked_lock:
                         self._over_budget.add(i)
-                ledger.record(_conv_id(i), turn, messages)
+                ledger.record(conv_id(i), turn, messages)
                 self._acknowledged()
                 self._maybe_fault()
 
@@ -314,14 +246,14 @@ class Simulation:
         return [TokenBudget(self.budget_tokens, scope="conversation")]
 
     def _turn(self, i: int, turn: int) -> list[dict[str, Any]]:
-        agent = AgentHandle.named(_agent_name(i))
+        agent = AgentHandle.named(agent_name(i))
         text = f"agent {i} turn {turn}: {turn}+{i}?" if turn % 3 == 0 else f"agent {i} turn {turn}"
         began = time.monotonic()
         for _attempt in range(TURN_ATTEMPTS):
             if self._stopping.is_set():
-                raise _Stopped
+                raise Stopped
             try:
-                messages = self._run_turn(agent, text, f"{_conv_id(i)}:{turn}")
+                messages = self._run_turn(agent, text, f"{conv_id(i)}:{turn}")
             except Retryable as exc:
                 self._turn_failed(i, turn, exc)
                 time.sleep(0.005)  # a store or agent is restarting: give it a moment
@@ -347,7 +279,7 @@ class Simulation:
             with self._acked_lock:
                 self._fatal = self._fatal or failure
             self._stopping.set()
-            raise _Stopped
+            raise Stopped
 
     def _acknowledged(self) -> None:
         with self._acked_lock:
@@ -372,10 +304,10 @@ class Simulation:
             elif kind == "crash_store":
                 faults.crash(default_store(), RuntimeError("chaos"))
             elif kind == "kill_agent":
-                faults.kill(AgentHandle.named(_agent_name(victim)))
+                faults.kill(AgentHandle.named(agent_name(victim)))
             else:
                 faults.inject(
-                    AgentHandle.named(_agent_name(victim)), FaultPlan().crash_on_message(2)
+                    AgentHandle.named(agent_name(victim)), FaultPlan().crash_on_message(2)
                 )
         except (NoProcess, CallTimeout):
             return  # it was already down: a fault that found nothing to break
@@ -398,41 +330,19 @@ class Simulation:
     def _audit(
         self, entries: list[dict[str, Any]], seconds: float, store: Any = None
     ) -> SimulationReport:
-        store = store if store is not None else default_store()
-        by_conv: dict[str, list[dict[str, Any]]] = {}
-        for entry in entries:
-            by_conv.setdefault(entry["conversation"], []).append(entry)
-        acknowledged = lost = stored = 0
-        examples: list[str] = []
-        for conv_id, conv_entries in sorted(by_conv.items()):
-            conv_entries.sort(key=lambda e: e["turn"])
-            key = Conv(USER_ID, conv_id)
-            stored_messages = _retrying(lambda: store.get(key))  # noqa: B023 - called at once
-            history = [[m.get("role"), m.get("content")] for m in stored_messages]
-            stored += len(history)
-            position = 0
-            for entry in conv_entries:
-                for expected in entry["messages"]:
-                    acknowledged += 1
-                    found = _find(history, expected, position)
-                    if found is None:
-                        lost += 1
-                        if len(examples) < 5:
-                            examples.append(f"{conv_id} turn {entry['turn']}: {expected}")
-                    else:
-                        position = found + 1
+        found = audit(entries, store if store is not None else default_store())
         return SimulationReport(
             agents=self.agents,
-            turns_done=len({(e["conversation"], e["turn"]) for e in entries}),
+            turns_done=found.turns_done,
             turns_planned=self.agents * self.turns,
-            messages_acknowledged=acknowledged,
-            messages_stored=stored,
-            lost=lost,
-            duplicated=stored - (acknowledged - lost),
+            messages_acknowledged=found.acknowledged,
+            messages_stored=found.stored,
+            lost=found.lost,
+            duplicated=found.stored - (found.acknowledged - found.lost),
             faults=dict(self._faults),
             restarts=self._restarts,
             seconds=seconds,
-            lost_examples=examples,
+            lost_examples=found.lost_examples,
             errors=list(self._errors),
             data_dir=str(self.data_dir),
             retries=self._retries,
@@ -442,29 +352,4 @@ class Simulation:
         )
 
 
-def _retrying(read: Callable[[], Any], attempts: int = 500) -> Any:
-    """A read that a store restart may interrupt, tried again until the store is back."""
-    for _ in range(attempts - 1):
-        try:
-            return read()
-        except NoProcess:
-            time.sleep(0.01)  # the store is restarting; nothing to wait on from here
-    return read()
-
-
-def _find(history: list[list[Any]], expected: list[Any], start: int) -> int | None:
-    for index in range(start, len(history)):
-        if history[index] == expected:
-            return index
-    return None
-
-
-def _conv_id(i: int) -> str:
-    return f"sim-{i}"
-
-
-def _agent_name(i: int) -> str:
-    return f"otpmem.sim.agent-{i}"
-
-
-__all__ = ["USER_ID", "Simulation", "SimulationReport"]
+__all__ = ["Simulation"]

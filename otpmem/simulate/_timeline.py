@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 NICE_WIDTHS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -72,6 +72,18 @@ class Timeline:
         """A supervisor restarted a child just now."""
         with self._lock:
             self.restarts.append(self.now())
+
+    def add_events(self, faults: Iterable[tuple[float, str]], restarts: Iterable[float]) -> None:
+        """Faults and restarts recorded elsewhere (a node's), in this timeline's seconds."""
+        with self._lock:
+            self.faults += faults
+            self.restarts += restarts
+
+    def set_turns(self, turns: Iterable[tuple[float, float]]) -> None:
+        """The run's turns as ``(end, latency)``, read back from elsewhere (the nodes'
+        ledgers), in this timeline's seconds: they replace those recorded here."""
+        with self._lock:
+            self.turns = list(turns)
 
     def buckets(self, width: float | None = None, end: float | None = None) -> list[Bucket]:
         """The run cut into buckets of ``width`` s (about 60 of them by default)."""

@@ -1,4 +1,5 @@
-"""Group commit: writes that arrive while a synced write is in flight share the next one.
+"""LevelDBStore's committer: a thread of the store's own that writes what is queued as one
+synced WriteBatch, so writes that arrive while an fsync is in flight share the next one.
 
 The store's server hands each write (its puts and deletes, and whom to answer) to the
 committer thread and moves on to the next message. The committer takes everything queued,
@@ -15,6 +16,16 @@ The server reads some keys it wrote before they are on disk (an idempotency key,
 a batch sent twice in quick succession): ``staged`` answers from the writes still queued,
 and a key leaves that view only after its group is written, so a reader that misses it
 there finds it on disk.
+
+Why a thread, where PostgresStore's writers take turns among themselves
+(``postgres/_group_commit``): a LevelDB write is built by the one server that
+numbers the conversation's messages, and that server is a process, which must never wait
+for an fsync (it would hold a scheduler thread, and every process queued behind it). So a
+process's add is handed over with whom to answer, and someone other than the server must
+write it: this thread. The writes it holds are also what ``staged`` shows, since the next
+write is built on them before they are on disk. A PostgresStore numbers messages inside
+the transaction, under the conversation's row lock, so it has no such server and no such
+view: each writer can commit for the others on its own thread.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The face of a LevelDBStore: reads run on the caller's thread against the open database;
 an add from a thread that is not a process runs there too (its ops built under the store's
 write lock, then a wait for its fsync); other writes, and a process's adds, are calls to
-the server (see ``leveldb``)."""
+the server (see ``_server``)."""
 
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
         newest: list[bytes] = []
         with self._db() as db, db.snapshot() as snapshot:
             raw = snapshot.get(keys.conv_prefix(keys.META, key))
-            meta = [0, 0] if raw is None else msgpack.unpackb(raw)
-            total = int(meta[1])
+            meta = keys.Meta() if raw is None else keys.Meta.unpack(raw)
+            total = meta.count
             if last:
                 with snapshot.iterator(prefix=messages, include_key=False, reverse=True) as it:
                     for value in it:
@@ -91,9 +91,8 @@ class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
                 for k, v in snapshot.iterator(start=pinned, stop=keys.message_key(pinned, start))
             ]
         tail = [_unpack(v) for v in reversed(newest)]
-        pinned_count = int(meta[4]) if len(meta) > 4 else len(before)
         tail_pinned = sum(1 for m in tail if is_pinned(m))
-        pinned_before = pinned_count - tail_pinned
+        pinned_before = meta.pinned_count - tail_pinned
         return StoredWindow(before, tail, start, total, pinned_before, tail_pinned)
 
     def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
@@ -103,14 +102,14 @@ class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
             raise ValueError("key_position needs an idempotency_key")
         with self._db() as db:
             raw = db.get(keys.idempotency_key(key, idempotency_key))
-        return None if raw is None else int(msgpack.unpackb(raw)[1])
+        return None if raw is None else keys.position_of(raw)
 
     def count(self, conv: ConvLike) -> int:
         """How many messages the conversation holds (one point read)."""
         meta_key = keys.conv_prefix(keys.META, as_conv(conv))
         with self._db() as db:
             raw = db.get(meta_key)
-        return 0 if raw is None else int(msgpack.unpackb(raw)[1])
+        return 0 if raw is None else keys.count_of(raw)
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
         """The conversations held: all of them, or one user's (a scan of one key each)."""

@@ -200,9 +200,11 @@ def _build_pinned_index(db: Any, path: str) -> None:
             batch, pending = db.write_batch(), 0
     for meta_key, raw in db.iterator(prefix=keys.META):
         conv = keys.decode_conv(meta_key)
-        next_seq, count = msgpack.unpackb(raw)[:2]
-        meta = [next_seq, count, 0, summaries.get(conv, -1), pinned_counts.get(conv, 0)]
-        batch.put(meta_key, msgpack.packb(meta))
+        stored = keys.Meta.unpack(raw)  # layout 1: next_seq and count
+        meta = keys.Meta(
+            stored.next_seq, stored.count, 0, summaries.get(conv, -1), pinned_counts.get(conv, 0)
+        )
+        batch.put(meta_key, meta.pack())
     batch.write()
     logger.info(
         "LevelDB store %s: built the pinned index of a layout-1 store (%d pinned messages) "

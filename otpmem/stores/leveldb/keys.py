@@ -7,10 +7,12 @@
     q <user> <conversation> <ordinal: 8 bytes>           ->  idempotency key, UTF-8
     v                                                    ->  the layout's version
 
-``meta`` is ``[next_seq, count, next_ordinal, summary_seq, pinned_count]``: the next
-message's sequence number (its position: a conversation is only ever appended to, or deleted
-whole), how many messages it holds, how many keyed batches it has had, where its newest
-summary is (-1: none), and how many of its messages are pinned (superseded summaries too).
+``meta`` is ``[next_seq, count, next_ordinal, summary_seq, pinned_count]`` (``Meta``): the
+next message's sequence number (its position: a conversation is only ever appended to, or
+deleted whole), how many messages it holds, how many keyed batches it has had, where its
+newest summary is (-1: none), and how many of its messages are pinned (superseded summaries
+too). A ``k`` entry (``key_entry``) is the batch's ordinal among the keyed batches and the
+position it begins at.
 ``p`` is the pinned index (system and pinned messages and the newest summary, a copy of
 each, so the index is one range scan). ``k`` finds a key's batch, ``q`` lists the
 keys oldest first so the oldest can be forgotten.
@@ -34,6 +36,8 @@ one WriteBatch, so the index and the keys are never out of step with the message
 from __future__ import annotations
 
 import struct
+
+import msgpack
 
 from ...messages import Conv
 
@@ -97,3 +101,52 @@ def _read_part(key: bytes, offset: int) -> tuple[str | None, int]:
     (length,) = _LEN.unpack_from(key, offset + 1)
     start = offset + 1 + _LEN.size
     return key[start : start + length].decode("utf-8", "surrogatepass"), start + length
+
+
+class Meta:
+    """A conversation's meta record, the value of its ``c`` key, read and changed by name."""
+
+    __slots__ = ("count", "next_ordinal", "next_seq", "pinned_count", "summary_seq")
+
+    def __init__(
+        self,
+        next_seq: int = 0,
+        count: int = 0,
+        next_ordinal: int = 0,
+        summary_seq: int = -1,
+        pinned_count: int = 0,
+    ) -> None:
+        self.next_seq = next_seq
+        self.count = count
+        self.next_ordinal = next_ordinal
+        self.summary_seq = summary_seq
+        self.pinned_count = pinned_count
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Meta:
+        """A stored record (one of layout 1 holds only ``next_seq`` and ``count``)."""
+        return cls(*msgpack.unpackb(raw))
+
+    def pack(self) -> bytes:
+        """The record as stored."""
+        packed: bytes = msgpack.packb(
+            [self.next_seq, self.count, self.next_ordinal, self.summary_seq, self.pinned_count]
+        )
+        return packed
+
+
+def count_of(raw: bytes) -> int:
+    """The ``count`` of a stored meta record, read without building a ``Meta``."""
+    return int(msgpack.unpackb(raw)[1])
+
+
+def key_entry(ordinal: int, position: int) -> bytes:
+    """The value of a ``k`` key: the batch's ordinal among its conversation's keyed batches,
+    and the position it begins at."""
+    packed: bytes = msgpack.packb([ordinal, position])
+    return packed
+
+
+def position_of(raw: bytes) -> int:
+    """The position a ``k`` key's batch begins at."""
+    return int(msgpack.unpackb(raw)[1])

@@ -1,5 +1,5 @@
 """The face of a MemoryStore: reads straight from its table, adds on the caller's thread
-under the store's write lock, other writes as calls (see ``memory``)."""
+under the store's write lock, other writes as calls (see ``_server``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .._base import StoredWindow, check_key, check_last
 from .._client import CheckedAdd, StoreClient, parse_request
 from .._longterm_client import LongTermClient
 from . import _longterm as lt
+from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey
 
 if TYPE_CHECKING:
@@ -20,19 +21,6 @@ if TYPE_CHECKING:
 
 READY_TIMEOUT = 5.0
 WRITES_HERE = frozenset({"add", "import"})
-# (messages, n, pinned positions, idempotency key -> position of its batch or None,
-#  how many pinned messages the n hold, superseded summaries included)
-_Snapshot = tuple[list[dict[str, Any]], int, tuple[int, ...], dict[str, int] | None, int]
-TableKey = Any  # a conversation (str or Conv), a user's index, or a long-term record
-
-
-def table_key(conv: Conv) -> TableKey:
-    """How a conversation is keyed in the table: a conversation of no user by its id alone.
-
-    A str key hashes once and for all (a tuple rehashes on every lookup), and most reads
-    name a conversation by a plain str.
-    """
-    return conv.conversation_id if conv.user_id is None else conv
 
 
 class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
@@ -43,15 +31,15 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
 
     def __init__(self, process: Any = None, name: str | None = None) -> None:
         super().__init__(process, name)
-        self._last_table: Table[TableKey, _Snapshot] | None = None
+        self._last_table: Table[TableKey, Snapshot] | None = None
         # (incarnation, its table's mapping), valid while that incarnation lives and, for a
         # named handle, still holds the name: the read path then costs a few lookups.
-        self._fast: tuple[Process, dict[TableKey, _Snapshot]] | None = None
+        self._fast: tuple[Process, dict[TableKey, Snapshot]] | None = None
         # The same mapping for a handle to one incarnation, which needs no check at all:
         # one slot read on the hot path pays for get's key type check (measured).
-        self._own: dict[TableKey, _Snapshot] | None = None
+        self._own: dict[TableKey, Snapshot] | None = None
 
-    def _table(self) -> Table[TableKey, _Snapshot]:
+    def _table(self) -> Table[TableKey, Snapshot]:
         process = self._process
         if process is None or process.dead:
             try:
@@ -69,7 +57,7 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
                 return table
             if not process.wait_ready(READY_TIMEOUT):
                 raise NoProcess(self._target())
-        current_table: Table[TableKey, _Snapshot] = process.server.table  # type: ignore[attr-defined]
+        current_table: Table[TableKey, Snapshot] = process.server.table  # type: ignore[attr-defined]
         self._last_table = current_table
         try:
             self._fast = (process, current_table.mapping())
@@ -79,7 +67,7 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
             self._own = self._fast[1]
         return current_table
 
-    def _mapping(self) -> dict[TableKey, _Snapshot]:
+    def _mapping(self) -> dict[TableKey, Snapshot]:
         fast = self._fast
         if fast is not None:
             process, mapping = fast
@@ -149,7 +137,7 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         except TypeError:  # unhashable: not a conversation
             entry = None
         if entry is not None and (kind is str or kind is Conv):
-            messages, n = entry[0], entry[1]
+            messages, n = entry.messages, entry.count
             if type(last) is int and 0 <= last <= n:
                 return messages[n - last : n]
             if last is None:
@@ -162,7 +150,7 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         entry = self._mapping().get(key)
         if entry is None:
             return []
-        messages, n = entry[0], entry[1]
+        messages, n = entry.messages, entry.count
         return messages[:n] if last is None or last >= n else messages[n - last : n]
 
     def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
@@ -171,8 +159,8 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         entry = self._mapping().get(table_key(as_conv(conv)))
         if entry is None:
             return []
-        messages = entry[0]
-        return [(position, messages[position]) for position in entry[2]]
+        messages = entry.messages
+        return [(position, messages[position]) for position in entry.pins]
 
     def window(self, conv: ConvLike, last: int) -> StoredWindow:
         """The newest ``last`` messages and the pinned ones before them, from one snapshot."""
@@ -182,12 +170,12 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         entry = self._mapping().get(key)
         if entry is None:
             return StoredWindow([], [], 0, 0)
-        messages, n, pins, _, pinned_count = entry
+        messages, n = entry.messages, entry.count
         start = max(0, n - last)
         tail = messages[start:n]
-        before = [(p, messages[p]) for p in pins if p < start]
+        before = [(p, messages[p]) for p in entry.pins if p < start]
         tail_pinned = sum(1 for m in tail if is_pinned(m))
-        pinned_before = pinned_count - tail_pinned
+        pinned_before = entry.pinned_count - tail_pinned
         return StoredWindow(before, tail, start, n, pinned_before, tail_pinned)
 
     def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
@@ -196,13 +184,13 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         if check_key(idempotency_key) is None:
             raise ValueError("key_position needs an idempotency_key")
         entry = self._mapping().get(key)
-        keys = None if entry is None else entry[3]
+        keys = None if entry is None else entry.keys
         return None if keys is None else keys.get(idempotency_key)
 
     def count(self, conv: ConvLike) -> int:
         """How many messages the conversation holds."""
         entry = self._mapping().get(table_key(as_conv(conv)))
-        return 0 if entry is None else entry[1]
+        return 0 if entry is None else entry.count
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
         """The conversations held: all of them, or one user's (from that user's index:

@@ -5,8 +5,9 @@ The server owns the table. Adds run on their callers' threads under the store's 
 interleave and no add costs a mailbox round trip; the server's exit takes the lock before
 the table moves, so no add lands after it is gone. Readers
 on any thread read the table directly, never queueing behind writes: each conversation is
-stored as an immutable snapshot ``(messages, n)`` over an append-only list, replaced on
-every write, so a reader sees either all of an ``add`` or none of it. Each user's
+stored as an immutable ``Snapshot`` (its messages up to a count, its pinned positions, its
+idempotency keys) over an append-only list, replaced on every write, so a reader sees
+either all of an ``add`` or none of it. Each user's
 conversations are listed the same way, under a ``UserKey`` of the same table, so
 ``conversations(user_id)`` costs that user's conversations, not everybody's.
 
@@ -36,27 +37,15 @@ from ...actors import (
 )
 from ...actors.faults import FaultPlan
 from ...actors.runtime import Process
-from ...messages import (
-    Conv,
-    InvalidMessage,
-    is_pinned,
-    is_summary,
-    short_repr,
-)
+from ...messages import Conv, is_pinned, is_summary, short_repr
 from ...supervisors import ChildSpec, Supervisor, SupervisorEvent
-from .._base import (
-    KEYS_KEPT,
-    STORE_INTENSITY,
-    STORE_PERIOD,
-    ConversationCleared,
-    crash_server,
-    raise_write_crash,
-)
+from .._base import KEYS_KEPT, STORE_INTENSITY, STORE_PERIOD, crash_server, raise_write_crash
 from .._client import parse_request
 from .._longterm_client import LONGTERM_KINDS, parse_longterm
-from ..longterm import FactLimitReached
+from .._write_rules import CALLER_ERRORS, NO_KEYS, admits
 from . import _longterm as lt
-from ._handle import WRITES_HERE, MemoryStoreHandle, TableKey, _Snapshot, table_key
+from ._handle import WRITES_HERE, MemoryStoreHandle
+from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
 
 CLOSE_TIMEOUT = 1.0  # how long an exiting store waits for a caller's write in progress
@@ -73,13 +62,7 @@ class MemoryStore(GenServer):
     Handle.named("memory")  # a MemoryStoreHandle's calls go through the name
     """
 
-    caller_errors = (
-        InvalidMessage,
-        ValueError,
-        TypeError,
-        ConversationCleared,
-        FactLimitReached,
-    )
+    caller_errors = CALLER_ERRORS
     handle_class = MemoryStoreHandle
     writes_on_callers = True  # its handles run adds on their own threads (write_here)
 
@@ -147,7 +130,7 @@ class MemoryStore(GenServer):
     def init(self, heir: Handle | None = None, table_name: str = "otpmem.memory") -> None:
         claimed = claim_table(heir, table_name) if heir is not None else None
         # Without the heir's copy, new_table still adopts what our supervisor kept.
-        self.table: Table[TableKey, _Snapshot] = claimed or new_table(table_name, heir=heir)
+        self.table: Table[TableKey, Snapshot] = claimed or new_table(table_name, heir=heir)
         self.adopted = claimed is not None or self.table.adopted
         if self.adopted:
             # An incarnation killed between a conversation's write and its index's left
@@ -233,27 +216,27 @@ class MemoryStore(GenServer):
             return
         key = table_key(conv)
         entry = self.table.get(key)
-        keys = None if entry is None else entry[3]
-        if idempotency_key is not None and keys is not None and idempotency_key in keys:
+        keys = None if entry is None else entry.keys
+        if (idempotency_key is not None or follows is not None) and not admits(
+            conv, idempotency_key, follows, keys or NO_KEYS
+        ):
             return  # stored already: a retry
-        if follows is not None and (keys is None or follows not in keys):
-            raise ConversationCleared(
-                f"conversation {conv} no longer holds the batch {follows!r} this write "
-                "follows: it was cleared since; nothing was stored"
-            )
         pins: tuple[int, ...] = ()
         pinned_count = 0
         if entry is None:
             messages: list[dict[str, Any]] = []
             n = 0
         else:
-            messages, n, pins, _, pinned_count = entry
-            # Readers hold (messages, n) and never look past n, so extending in place is
-            # safe; a new tuple publishes the longer snapshot in one step.
+            messages, n = entry.messages, entry.count
+            pins, pinned_count = entry.pins, entry.pinned_count
+            # Readers hold a snapshot and never look past its count, so extending in place
+            # is safe; a new snapshot publishes the longer list in one step.
             del messages[n:]
         messages.extend(batch)
-        pins = _pins_after(messages, pins, n)
-        pinned_count += sum(1 for m in batch if is_pinned(m))
+        added = [p for p in range(n, len(messages)) if is_pinned(messages[p])]
+        if added:
+            pins = _pins_with(messages, pins, added)
+            pinned_count += len(added)
         if idempotency_key is not None:
             if keys is None:
                 keys = {}
@@ -261,7 +244,7 @@ class MemoryStore(GenServer):
             if len(keys) > KEYS_KEPT:
                 del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
         puts: dict[Any, Any] = lt.usage_puts(self.table.mapping(), conv, batch)
-        puts[key] = (messages, n + len(batch), pins, keys, pinned_count)
+        puts[key] = Snapshot(messages, n + len(batch), pins, keys, pinned_count)
         self.table.update(puts)  # the messages and their usage sums in one step
         if entry is None and conv.user_id is not None:
             list_conversation(self.table, conv)  # after the snapshot: a listed conversation exists
@@ -285,12 +268,11 @@ class MemoryStore(GenServer):
         return None
 
 
-def _pins_after(messages: list[dict[str, Any]], pins: tuple[int, ...], old: int) -> tuple[int, ...]:
-    """The pinned positions once ``messages[old:]`` were added: a new summary replaces the
-    one indexed before it."""
-    added = [p for p in range(old, len(messages)) if is_pinned(messages[p])]
-    if not added:
-        return pins
+def _pins_with(
+    messages: list[dict[str, Any]], pins: tuple[int, ...], added: list[int]
+) -> tuple[int, ...]:
+    """The pinned positions once the pinned messages at ``added`` were added: a new summary
+    replaces the one indexed before it."""
     kept = list(pins)
     for position in added:
         if is_summary(messages[position]):

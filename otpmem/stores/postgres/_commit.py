@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ...actors import Handle, NoProcess
-from ...messages import Conv, InvalidMessage
+from ...messages import Conv
 from .._base import ConversationCleared, LeaseLost, StoreUnavailable
-from ..longterm import FactLimitReached
+from .._write_rules import CALLER_ERRORS
 from ._dsn import redact
 from ._leases import Fence
 from ._writes import Add, FencesLost, Writes, check_appended
@@ -23,14 +23,6 @@ T = TypeVar("T")
 CONNECT_TIMEOUT = 10.0
 DEADLOCK_RETRIES = 3
 IDLE_IN_TRANSACTION_MS = 5_000
-CALLER_ERRORS = (
-    InvalidMessage,
-    ValueError,
-    TypeError,
-    ConversationCleared,
-    FactLimitReached,
-    LeaseLost,
-)
 FenceOf = Callable[[Conv], Fence | None]
 """The lease an add to a conversation must hold (None: not fenced)."""
 FencedAdd = tuple[Add, Fence | None]
@@ -172,7 +164,6 @@ def _lease_lost(item: FencedAdd) -> LeaseLost:
 
 
 __all__ = [
-    "CALLER_ERRORS",
     "CONNECT_TIMEOUT",
     "IDLE_IN_TRANSACTION_MS",
     "Committing",

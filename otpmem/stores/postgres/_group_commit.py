@@ -1,4 +1,5 @@
-"""Group commit: writers on many threads take turns as the one that commits them all.
+"""PostgresStore's group commit: writers on many threads take turns as the one that commits
+them all; there is no thread of its own.
 
 LevelDB's writer queue, in Python: each writer joins a queue; the writer at its front is
 the leader, commits everything queued behind it (up to ``max_group``) as one unit, answers
@@ -12,6 +13,16 @@ have paid its own.
 ``commit(items)`` returns one outcome per item: its result, or the exception that item
 alone raises (a bad item fails alone). If ``commit`` itself raises, every item of the
 group raises that.
+
+Why writers taking turns, where LevelDBStore hands its writes to a committer thread
+(``leveldb/_committer``): every PostgresStore write already runs on its
+caller's thread (a process's in the blocking pool, so no scheduler thread waits on the
+network), and PostgreSQL orders the writes: sequence numbers are assigned in the
+transaction, under the conversation's row lock, and nothing reads a write before it
+commits. So there is nothing to hand a write to and no view of queued writes to keep: the
+writer that would otherwise wait for its own commit commits the group instead, and each
+item hears an outcome of its own (one add's lost lease or cleared conversation does not
+fail the others), where a LevelDB group is one WriteBatch, all of it or none.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The server owns a connection pool. Writes and reads run on the caller's thread w
 pooled connection (in the blocking pool when the caller is a process, so no scheduler
 thread waits on the network): PostgreSQL, not a mailbox, orders them. Each write is one
 transaction that locks its conversation's row first, so writers on any number of nodes
-take turns per conversation (see ``_pg_writes``); it returns once it committed. Reads are
+take turns per conversation (see ``_writes``); it returns once it committed. Reads are
 one statement each. A connection lost in
 the middle of a write answers the caller with a retryable ``StoreUnavailable`` and crashes
 the store, so its supervisor restarts it with a fresh pool; nothing acknowledged is lost
@@ -43,8 +43,8 @@ from .._base import (
 from .._client import StoreClient, parse_request
 from .._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
 from .._supervised import spawn_store, supervised_store
+from .._write_rules import CALLER_ERRORS
 from ._commit import (
-    CALLER_ERRORS,
     CONNECT_TIMEOUT,
     IDLE_IN_TRANSACTION_MS,
     Committing,
@@ -163,7 +163,7 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
 class PostgresStore(Committing, GenServer):
     """Conversations, long-term records and usage in a PostgreSQL schema (``namespace``)."""
 
-    caller_errors = (*CALLER_ERRORS, StoreUnavailable)
+    caller_errors = CALLER_ERRORS
     handle_class = PostgresStoreHandle
 
     @classmethod

@@ -18,8 +18,9 @@ import msgpack
 from psycopg import sql
 
 from ...messages import Conv, FrozenDict, is_pinned, is_summary
-from .._base import KEYS_KEPT, ConversationCleared
+from .._base import KEYS_KEPT
 from .._client import CheckedAdd
+from .._write_rules import cleared
 from ..longterm import (
     Fact,
     Profile,
@@ -275,12 +276,10 @@ def _conv_order(conv: Conv) -> tuple[str, str]:
 
 
 def check_appended(stored: int, conv: Conv, follows: str | None) -> None:
-    """Raise what the ``append`` function's answer means for the caller (-1: cleared)."""
+    """Raise what the ``append`` function's answer means for the caller (-1: cleared; the
+    function applies ``admits``'s rule in SQL)."""
     if stored < 0:
-        raise ConversationCleared(
-            f"conversation {conv} no longer holds the batch {follows!r} this write "
-            "follows: it was cleared since; nothing was stored"
-        )
+        raise cleared(conv, follows)
 
 
 def as_decimal(value: Any) -> Decimal:
