@@ -32,7 +32,7 @@ from typing import Any
 from ..messages import Conv, ConvLike, InvalidMessage, as_conv, check_user_id, short_repr
 from ..stores import EXPORT_FORMAT, EXPORT_VERSION, ChatMemory, LevelDBStore, MemoryStore
 from .pipeline import Pipeline
-from .provider import DefaultProvider, MemoryProvider, PipelineProvider
+from .provider import BasicMemoryProvider, DefaultProvider, MemoryProvider, PipelineProvider
 from .recall import Embedder, Hit, HybridProvider, RecallIndex, RecallIndexHandle, ranked_search
 from .strategies import Summarization
 from .summarizers import Summarizer
@@ -86,7 +86,7 @@ class Memory:
         self,
         store: ChatMemory,
         conv: ConvLike,
-        provider: MemoryProvider | None = None,
+        provider: BasicMemoryProvider | None = None,
         index: RecallIndexHandle | None = None,
         *,
         owned: Sequence[Any] = (),
