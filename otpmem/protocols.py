@@ -104,9 +104,10 @@ def _shown(parameters: list[inspect.Parameter]) -> str:
 def parameters_of(source: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
     """Type the decorated function as taking ``source``'s parameters, to pass them on: one
     definition of a parameter list for every function that forwards it, so they cannot
-    drift. Free at run time: the function is returned as it is."""
+    drift. The function is returned as it is, with ``source``'s signature for ``help``."""
 
     def typed(fn: Callable[..., R]) -> Callable[P, R]:
+        fn.__signature__ = _returning(inspect.signature(source), fn)  # type: ignore[attr-defined]
         return fn
 
     return typed
@@ -119,9 +120,17 @@ def method_parameters_of(
     or ``cls`` first, then ``source``'s parameters."""
 
     def typed(fn: Callable[..., R]) -> Callable[Concatenate[Any, P], R]:
+        signature = inspect.signature(source)
+        first = next(iter(inspect.signature(fn).parameters.values()))
+        with_first = signature.replace(parameters=[first, *signature.parameters.values()])
+        fn.__signature__ = _returning(with_first, fn)  # type: ignore[attr-defined]
         return fn
 
     return typed
+
+
+def _returning(signature: inspect.Signature, fn: Callable[..., Any]) -> inspect.Signature:
+    return signature.replace(return_annotation=inspect.signature(fn).return_annotation)
 
 
 __all__ = ["conforms", "method_parameters_of", "parameters_of", "signature_mismatches"]
