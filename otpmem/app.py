@@ -21,6 +21,7 @@ about 230 store crashes in a burst, or when the agents' supervisor keeps failing
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -30,9 +31,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from .actors import whereis
-from .agents import Agent, AgentHandle
+from .agents import Agent, AgentHandle, AgentOptions
 from .memory.recall import default as recall
 from .messages import Conv, short_repr
+from .protocols import parameters_of
 from .stores import (
     DEFAULT_STORE_NAME,
     STORE_INTENSITY,
@@ -137,8 +139,8 @@ def _handle_class(kind: str) -> type[Any]:
     return MemoryStoreHandle if kind == "memory" else LevelDBStoreHandle
 
 
-def _start_agent(options: dict[str, Any]) -> AgentHandle:
-    return Agent.start_link(**options)
+def _start_agent(options: AgentOptions) -> AgentHandle:
+    return Agent.start_link(**vars(options))
 
 
 def start(
@@ -247,36 +249,12 @@ def stop(timeout: float | None = 60.0) -> None:
     root.stop("shutdown", timeout)
 
 
+@parameters_of(start)
 @contextmanager
-def running(
-    data_dir: str | os.PathLike[str] | None = None,
-    *,
-    sync: bool = True,
-    intensity: int = INTENSITY,
-    period: float = PERIOD,
-    store_intensity: int = STORE_INTENSITY,
-    store_period: float = STORE_PERIOD,
-    listeners: Iterable[Listener] = (),
-    store: str | None = None,
-    dsn: str | None = None,
-    namespace: str = "otpmem",
-    pool_size: int = 8,
-) -> Iterator[SupervisorHandle]:
+def running(*args: Any, **kwargs: Any) -> Iterator[SupervisorHandle]:
     """``with otpmem.running(): ...``: start the tree, stop it on the way out (the same
-    arguments as ``start``)."""
-    root = start(
-        data_dir,
-        sync=sync,
-        intensity=intensity,
-        period=period,
-        store_intensity=store_intensity,
-        store_period=store_period,
-        listeners=listeners,
-        store=store,
-        dsn=dsn,
-        namespace=namespace,
-        pool_size=pool_size,
-    )
+    parameters as ``start``)."""
+    root = start(*args, **kwargs)
     try:
         yield root
     finally:
@@ -300,13 +278,18 @@ def running_agents() -> list[AgentHandle]:
     return [c.handle for c in agents.which_children() if c.handle is not None]
 
 
-def start_agent(**options: Any) -> AgentHandle:
-    """Start an agent under the application's agent supervisor (restarted if it crashes)."""
+@parameters_of(AgentOptions)
+def start_agent(*args: Any, **kwargs: Any) -> AgentHandle:
+    """Start an agent under the application's agent supervisor (restarted if it crashes),
+    with ``Agent.start_link``'s parameters (``AgentOptions``)."""
     agents = whereis(AGENTS_NAME)
     if agents is None:
         raise AppError("otpmem is not running: otpmem.start() first, or use Agent.start_link")
-    # Fixed here, not in Agent.start_link: a restarted agent must find its conversation.
-    options.setdefault("conversation_id", f"conv-{uuid.uuid4().hex[:16]}")
+    options = AgentOptions(*args, **kwargs)
+    if options.conversation_id is None:
+        # Fixed here, not in Agent.start_link: a restarted agent must find its conversation.
+        conversation_id = f"conv-{uuid.uuid4().hex[:16]}"
+        options = dataclasses.replace(options, conversation_id=conversation_id)
     try:
         handle = agents.start_child((options,))  # type: ignore[attr-defined]
     except StartChildFailed as failure:

@@ -7,6 +7,8 @@ or stop the orphan store the library starts (with a UserWarning) afterwards.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import logging
 import re
@@ -25,6 +27,7 @@ from otpmem.agents import (
     MEMORY_FORMS,
     Agent,
     AgentHandle,
+    AgentOptions,
     Callbacks,
     ConversationBusy,
     TurnFailed,
@@ -629,6 +632,21 @@ def test_bad_options_raise_at_start(options: dict[str, Any], error: Any) -> None
     kwargs: dict[str, Any] = {"llm": ScriptedModel([]), "memory": False, **options}
     with pytest.raises(error):
         Agent.start_link(**kwargs)
+
+
+def test_every_way_to_start_an_agent_takes_agent_options_parameters() -> None:
+    """One definition: Agent.start_link, Agent.start, otpmem.start_agent and the aio face
+    take AgentOptions' parameters (names, kinds, defaults), so none of them can drift."""
+    from otpmem import aio
+
+    options = inspect.signature(AgentOptions).parameters
+    for start in (Agent.start_link, Agent.start, otpmem.start_agent, aio.start_agent):
+        assert inspect.signature(start).parameters == options, start
+    assert AgentOptions(llm=ScriptedModel([])).on_busy == "wait"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        AgentOptions(llm=ScriptedModel([])).memory = False  # type: ignore[misc]
+    with pytest.raises(TypeError, match="bogus"):
+        Agent.start_link(llm=ScriptedModel([]), bogus=1)  # type: ignore[call-arg]
 
 
 def test_run_rejects_a_non_string_and_stays_alive(

@@ -6,6 +6,7 @@ unsupervised default store stop it themselves.
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -357,6 +358,16 @@ def test_start_agent_with_bad_options_raises_directly(
         assert agents_sup.alive and whereis(AGENTS).pid == agents_sup.pid
         assert agents_sup.which_children() == []
         assert root.alive
+
+
+def test_running_takes_starts_parameters_fence_included(no_app: None) -> None:
+    start = inspect.signature(otpmem.start).parameters
+    assert inspect.signature(otpmem.running).parameters == start
+    with (
+        pytest.raises(ValueError, match="fence needs store='postgres'"),
+        otpmem.running(fence=lambda conv: None),
+    ):
+        pass
 
 
 def test_start_agent_without_app_raises(no_app: None) -> None:

@@ -7,7 +7,6 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -148,7 +147,7 @@ class LandsLate:
     def __init__(self, store: Any, late: list[dict[str, Any]], key: str, follows: str) -> None:
         self._store, self._late, self._key, self._follows = store, late, key, follows
 
-    def count(self, conv: Conv) -> int:
+    def count(self, conv: Any) -> int:
         n = self._store.count(conv)
         if self._late:
             late, self._late = self._late, []
@@ -166,7 +165,8 @@ def test_a_retry_reads_its_turn_back_whole_when_a_killed_attempts_batch_lands_me
     store.add(CONV, [user_msg("q")], idempotency_key="turn:t:0")
     answer = {"role": "assistant", "content": "a"}
     late = LandsLate(store, [answer], key="turn:t:1", follows="turn:t:0")
-    writer = TurnWriter(SimpleNamespace(store=late), CONV, "t", keyed=True)
+    provider = DefaultProvider(late)  # the retry reads through the provider, as agents do
+    writer = TurnWriter(provider, provider, CONV, "t")
     # Read as a count and then get(last=count - start), the turn came back shifted by the
     # late batch: without its question, so the retry was refused as another turn's id.
     assert writer.earlier() == [user_msg("q"), answer]

@@ -1,15 +1,14 @@
-"""What an agent is made of, checked at start: memory forms, callbacks, one writer per
-conversation."""
+"""What an agent is made of, checked at start: its memory forms, its callbacks."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from ..llm import ChatResponse
-from ..memory import DefaultProvider, MemoryProvider
+from ..memory import BasicMemoryProvider, DefaultProvider, MemoryProvider, check_provider
 from ..memory.recall.default import default_index
 from ..memory.recall.hybrid import HybridProvider
 from ..protocols import conforms
@@ -20,13 +19,13 @@ logger = logging.getLogger("otpmem.agents")
 MEMORY_FORMS = (
     'omitted or "default" (the shared default store), {"window": n}, {"store": store}, '
     '{"recall": True} or {"window": n, "recall": True} (recall over the default store), '
-    "a MemoryProvider, or False/None (no memory)"
+    "a MemoryProvider (or a BasicMemoryProvider), or False/None (no memory)"
 )
 
 
-def resolve_memory(memory: Any) -> MemoryProvider | None:
+def resolve_memory(memory: Any) -> BasicMemoryProvider | None:
     """Turn one of beamai's five memory forms (or a recall form) into a provider; anything
-    else raises now."""
+    else raises now (a provider lacking a member of the contract: a TypeError naming it)."""
     if memory is None or memory is False:
         return None
     if isinstance(memory, str):
@@ -47,8 +46,10 @@ def resolve_memory(memory: Any) -> MemoryProvider | None:
                 raise TypeError(f'memory={{"store": ...}} needs a ChatMemory store, got {store!r}')
             return DefaultProvider(store)
         raise ValueError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
-    if conforms(memory, MemoryProvider):
-        return cast(MemoryProvider, memory)
+    if conforms(memory, BasicMemoryProvider) or any(
+        hasattr(memory, name) for name in ("history", "prepare")
+    ):
+        return check_provider(memory)
     raise TypeError(f"memory={memory!r} is not understood; memory takes {MEMORY_FORMS}")
 
 

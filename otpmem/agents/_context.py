@@ -14,7 +14,7 @@ from typing import Any
 
 from ..guardrails import Policy, Request, UsageReader, check_guardrails, check_policies
 from ..guardrails import check_store as check_usage_store
-from ..memory import LongTermMemory, MemoryProvider
+from ..memory import BasicMemoryProvider, LongTermMemory, StoreProvider
 from ..messages import Conv, short_repr
 
 
@@ -25,7 +25,7 @@ class TurnContext:
 
     def __init__(
         self,
-        provider: MemoryProvider | None,
+        provider: BasicMemoryProvider | None,
         conv: Conv,
         system_prompt: str | None,
         ltm: LongTermMemory | None,
@@ -38,7 +38,7 @@ class TurnContext:
         self.ltm = ltm
         # A provider that injects long-term memory itself (PipelineProvider(...,
         # long_term_memory=ltm)) does it in prepare: injecting here too would send it twice.
-        self.inject = ltm is not None and getattr(provider, "long_term_memory", None) is None
+        self.inject = ltm is not None and _own_ltm(provider) is None
         self.policies = tuple(policies)
         self.store = store
 
@@ -62,16 +62,21 @@ class TurnContext:
         return list(checked.messages), None
 
 
+def _own_ltm(provider: BasicMemoryProvider | None) -> LongTermMemory | None:
+    return provider.long_term_memory if isinstance(provider, StoreProvider) else None
+
+
 def turn_context(
-    provider: MemoryProvider | None,
+    provider: BasicMemoryProvider | None,
     conv: Conv,
     system_prompt: str | None,
     long_term_memory: object,
     guardrails: Iterable[object],
 ) -> TurnContext:
     """The start arguments ``long_term_memory`` and ``guardrails`` checked against the
-    agent's memory and user; a clear error now, not at the first turn."""
-    store = getattr(provider, "store", None)
+    agent's memory and user; a clear error now, not at the first turn. Both need the
+    store a ``StoreProvider`` is over (another provider's store is its own business)."""
+    store = provider.store if isinstance(provider, StoreProvider) else None
     ltm: LongTermMemory | None = None
     if long_term_memory is not None:
         if not isinstance(long_term_memory, LongTermMemory):
@@ -90,7 +95,7 @@ def turn_context(
                 "long_term_memory reads another store than the agent's memory writes: give "
                 "both the same store"
             )
-        own = getattr(provider, "long_term_memory", None)
+        own = _own_ltm(provider)
         if own is not None and own is not ltm:
             raise ValueError(
                 "the agent's provider injects another LongTermMemory: give the agent the same "
@@ -102,7 +107,7 @@ def turn_context(
         if store is None:
             raise ValueError(
                 "guardrails read the usage a store records: give the agent memory with a "
-                'store (memory="default", {"store": store}, or a provider over a store)'
+                'store (memory="default", {"store": store}, or a StoreProvider over a store)'
             )
         usage = check_usage_store(store)
     return TurnContext(provider, conv, system_prompt, ltm, policies, usage)

@@ -10,14 +10,11 @@ conversation was cleared under it cannot bring the conversation back.
 
 from __future__ import annotations
 
-import functools
-import inspect
-import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..actors import Killed
-from ..memory import CANCELLED, MemoryProvider
+from ..memory import CANCELLED, BasicMemoryProvider, MemoryProvider
 from ..messages import Conv, short_repr
 from ..stores import ConversationCleared
 from ._writers import writer_key, writers
@@ -38,38 +35,23 @@ def check_turn_id(turn_id: object) -> str | None:
     return turn_id
 
 
-def takes_keys(provider: MemoryProvider | None) -> bool:
-    """Whether ``provider.append`` takes ``idempotency_key`` and ``follows`` (ours do)."""
-    if provider is None:
-        return False
-    append = provider.append
-    if type(append) is types.MethodType:
-        # Asked once per agent start: a signature costs more than the rest of the start.
-        return _function_takes_keys(append.__func__)
-    return _signature_takes_keys(append)
-
-
-def _signature_takes_keys(append: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(append).parameters
-    except (TypeError, ValueError):
-        return False
-    return "idempotency_key" in parameters and "follows" in parameters
-
-
-_function_takes_keys = functools.lru_cache(maxsize=256)(_signature_takes_keys)
-
-
 class TurnWriter:
-    """Stores one turn's batches through the provider, each under its step's key."""
+    """Stores one turn's batches through the provider, each under its step's key (a
+    ``BasicMemoryProvider``'s without keys: it takes none)."""
+
+    __slots__ = ("conv", "keyed", "provider", "step", "turn_id")
 
     def __init__(
-        self, provider: MemoryProvider | None, conv: Conv, turn_id: str, keyed: bool
+        self,
+        provider: BasicMemoryProvider | None,
+        keyed: MemoryProvider | None,
+        conv: Conv,
+        turn_id: str,
     ) -> None:
         self.provider = provider
+        self.keyed = keyed  # the provider, when it keeps the exactly-once contract
         self.conv = conv
         self.turn_id = turn_id
-        self.keyed = keyed
         self.step = 0
 
     def key(self, step: int) -> str:
@@ -81,14 +63,13 @@ class TurnWriter:
         provider = self.provider
         if provider is None:
             return
+        keyed = self.keyed
         try:
-            if not self.keyed:
+            if keyed is None:
                 provider.append(self.conv, messages)
                 return
             follows = None if self.step == 0 else self.key(0)
-            provider.append(  # type: ignore[call-arg]
-                self.conv, messages, idempotency_key=self.key(self.step), follows=follows
-            )
+            keyed.append(self.conv, messages, self.key(self.step), follows=follows)
         except Killed:
             # Dead, but the write may still land: the conversation stays this turn's until
             # it has answered, so that nothing reads the conversation without it.
@@ -104,19 +85,19 @@ class TurnWriter:
     def earlier(self) -> list[dict[str, Any]] | None:
         """What an earlier attempt of this turn stored (its messages, oldest first), or
         None if no attempt stored anything; the next step continues after it."""
-        store = getattr(self.provider, "store", None)
-        if not self.keyed or store is None or not hasattr(store, "key_position"):
+        provider = self.keyed
+        if provider is None:
             return None
-        start = store.key_position(self.conv, self.key(0))
+        start = provider.key_position(self.conv, self.key(0))
         if start is None:
             return None
-        stored = messages_from(store, self.conv, start)
+        stored = messages_from(provider, self.conv, start)
         last, steps = start, 1
-        while (position := store.key_position(self.conv, self.key(steps))) is not None:
+        while (position := provider.key_position(self.conv, self.key(steps))) is not None:
             if position >= start + len(stored):
                 # A batch of a killed attempt, still in flight then, landed after the read
                 # (its key and its messages land together): read again, to include it.
-                stored = messages_from(store, self.conv, start)
+                stored = messages_from(provider, self.conv, start)
             last, steps = position, steps + 1
         self.step = steps
         # The conversation may go on past this turn: an owner that lost it while this
@@ -124,12 +105,12 @@ class TurnWriter:
         return stored[: batch_end(stored, last - start, first=steps == 1)]
 
 
-def messages_from(store: Any, conv: Conv, position: int) -> list[dict[str, Any]]:
-    """The conversation's messages from ``position`` on, from one read: a count and then a
-    ``get(last=...)`` would be shifted by a batch landing between the two."""
-    last = store.count(conv) - position
+def messages_from(provider: MemoryProvider, conv: Conv, position: int) -> list[dict[str, Any]]:
+    """The stored conversation's messages from ``position`` on, from one read: a count and
+    then a ``get(last=...)`` would be shifted by a batch landing between the two."""
+    last = provider.count(conv) - position
     while True:
-        window = store.window(conv, last)
+        window = provider.window(conv, last)
         if window.start <= position:
             tail: list[dict[str, Any]] = window.tail[position - window.start :]
             return tail

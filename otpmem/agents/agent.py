@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..actors import ExitReason, GenServer, Handle, current
 from ..guardrails import PolicyViolation
-from ..kernel import Context, Filter, Kernel, MaxToolIterations, Tool
-from ..llm import ChatModel, ChatResponse, Pricing
-from ..memory import CANCELLED, MemoryProvider
-from ..messages import Conv, InvalidMessage, as_conv, check_user_id, short_repr, validate
-from ._config import Callbacks, ConversationBusy, as_callbacks, resolve_memory
-from ._context import TurnContext, turn_context
-from ._turn import TurnWriter, check_retry, check_turn_id, dangling, takes_keys
+from ..kernel import Context, MaxToolIterations
+from ..llm import ChatResponse
+from ..memory import CANCELLED
+from ..messages import InvalidMessage, short_repr, validate
+from ..protocols import method_parameters_of
+from ._config import ConversationBusy
+from ._options import AgentConfig, AgentOptions, configure
+from ._turn import TurnWriter, check_retry, check_turn_id, dangling, messages_from
 from ._writers import writer_key, writers
 from .errors import TurnFailed, TurnIdReused
 
@@ -98,63 +99,28 @@ class Agent(GenServer):
     handle_class = AgentHandle
 
     @classmethod
-    def start_link(  # type: ignore[override]
-        cls,
-        llm: ChatModel,
-        memory: Any = "default",
-        conversation_id: str | None = None,
-        user_id: str | None = None,
-        system_prompt: str | None = None,
-        tools: Iterable[Callable[..., Any] | Tool] = (),
-        max_tool_iterations: int = 10,
-        *,
-        filters: Iterable[Filter] = (),
-        callbacks: Callbacks | Mapping[str, Any] | None = None,
-        on_busy: str = "wait",
-        busy_timeout: float = 60.0,
-        agent_name: str = "agent",
-        guardrails: Iterable[Any] = (),
-        long_term_memory: Any = None,
-        pricing: Pricing | None = None,
-        name: str | None = None,
-    ) -> AgentHandle:
-        """Start an agent linked to the caller; every argument is checked here, not later.
-
-        ``guardrails``: policies checked before every model call (``PolicyViolation`` to the
-        caller, the agent stays up); ``long_term_memory``: a ``LongTermMemory`` injected
-        before the history and extracted per its trigger; ``pricing``: the cost recorded
-        with each answer's usage when the model reports none.
-        """
-        config = _configure(
-            llm,
-            memory,
-            conversation_id,
-            user_id,
-            system_prompt,
-            tools,
-            max_tool_iterations,
-            filters=filters,
-            callbacks=callbacks,
-            on_busy=on_busy,
-            busy_timeout=busy_timeout,
-            agent_name=agent_name,
-            guardrails=guardrails,
-            long_term_memory=long_term_memory,
-            pricing=pricing,
-        )
+    @method_parameters_of(AgentOptions)
+    def start_link(cls, *args: Any, **kwargs: Any) -> AgentHandle:  # type: ignore[override]
+        """Start an agent linked to the caller, with ``AgentOptions``' parameters: every
+        one is checked here, not later."""
+        options = AgentOptions(*args, **kwargs)
+        config, name = configure(options), options.name
         handle = cls._spawn((config,), {}, current(), name, None, 5.0)
         assert isinstance(handle, AgentHandle)
         return handle
 
     @classmethod
-    def start(cls, *args: Any, name: str | None = None, **kwargs: Any) -> AgentHandle:
-        """Like ``start_link`` (the same arguments), without the link: nobody is told when
+    @method_parameters_of(AgentOptions)
+    def start(cls, *args: Any, **kwargs: Any) -> AgentHandle:  # type: ignore[override]
+        """Like ``start_link`` (the same parameters), without the link: nobody is told when
         it exits."""
-        handle = cls._spawn((_configure(*args, **kwargs),), {}, None, name, None, 5.0)
+        options = AgentOptions(*args, **kwargs)
+        config, name = configure(options), options.name
+        handle = cls._spawn((config,), {}, None, name, None, 5.0)
         assert isinstance(handle, AgentHandle)
         return handle
 
-    def init(self, config: _Config) -> None:
+    def init(self, config: AgentConfig) -> None:
         self.config = config
         self.turns = 0
         # Turn ids of our own making: this incarnation's random prefix and a count, unique
@@ -175,11 +141,11 @@ class Agent(GenServer):
         if kind == "run":
             return self._turn(*args)
         if kind == "messages":
-            if provider is None:
-                return []
-            # The whole conversation, also when the provider reads only a tail per turn.
-            store = getattr(provider, "store", None)
-            return store.get(conv) if store is not None else provider.history(conv)
+            keyed = self.config.keyed
+            if keyed is not None:
+                # The whole conversation, also when the provider reads only a tail per turn.
+                return messages_from(keyed, conv, 0)
+            return provider.history(conv) if provider is not None else []
         if kind == "add_message":
             if provider is not None:
                 provider.append(conv, [validate(args[0])])
@@ -253,7 +219,7 @@ class Agent(GenServer):
     def _loop(self, text: str, meta: dict[str, Any], turn_id: str, retry: bool) -> TurnResult:
         config = self.config
         provider, conv, kernel = config.provider, config.conv, config.kernel
-        writer = TurnWriter(provider, conv, turn_id, config.keyed)
+        writer = TurnWriter(provider, config.keyed, conv, turn_id)
         # A turn id of our own making is new: no earlier attempt to look for.
         earlier = writer.earlier() if retry else None
         first: tuple[list[Any], str | None] | None = None
@@ -329,73 +295,3 @@ class Agent(GenServer):
         writer.store(messages)
         history.extend(messages)
         added.extend(messages)
-
-
-def _configure(
-    llm: ChatModel,
-    memory: Any = "default",
-    conversation_id: str | None = None,
-    user_id: str | None = None,
-    system_prompt: str | None = None,
-    tools: Iterable[Callable[..., Any] | Tool] = (),
-    max_tool_iterations: int = 10,
-    *,
-    filters: Iterable[Filter] = (),
-    callbacks: Callbacks | Mapping[str, Any] | None = None,
-    on_busy: str = "wait",
-    busy_timeout: float = 60.0,
-    agent_name: str = "agent",
-    guardrails: Iterable[Any] = (),
-    long_term_memory: Any = None,
-    pricing: Pricing | None = None,
-) -> _Config:
-    """Every start argument checked and built, before any process exists."""
-    provider = resolve_memory(memory)
-    conv = as_conv(Conv(check_user_id(user_id), conversation_id or f"conv-{uuid.uuid4().hex[:16]}"))
-    prompt = _check_prompt(system_prompt)
-    config = _Config(
-        kernel=Kernel(llm, filters, tools, max_tool_iterations, pricing=pricing),
-        provider=provider,
-        conv=conv,
-        system_prompt=prompt,
-        sending=turn_context(provider, conv, prompt, long_term_memory, guardrails),
-        callbacks=as_callbacks(callbacks),
-        on_busy=_check_busy(on_busy),
-        busy_timeout=busy_timeout,
-        agent_name=agent_name,
-        keyed=takes_keys(provider),
-    )
-    if config.provider is not None and config.kernel.memory is not None:
-        raise ValueError(
-            "a memory_filter in an agent's filters would store every message twice; "
-            "give the agent memory=... or the filter, not both"
-        )
-    return config
-
-
-@dataclass
-class _Config:
-    kernel: Kernel
-    provider: MemoryProvider | None
-    conv: Conv
-    system_prompt: str | None
-    sending: TurnContext
-    callbacks: Callbacks
-    on_busy: str
-    busy_timeout: float
-    agent_name: str
-    keyed: bool = False
-
-
-def _check_prompt(prompt: Any) -> str | None:
-    if prompt is None or prompt == "":
-        return None
-    if not isinstance(prompt, str):
-        raise TypeError(f"system_prompt must be a str, got {prompt!r}")
-    return prompt
-
-
-def _check_busy(on_busy: Any) -> str:
-    if on_busy not in ("wait", "refuse"):
-        raise ValueError(f"on_busy must be 'wait' or 'refuse', got {on_busy!r}")
-    return str(on_busy)

@@ -18,12 +18,13 @@ awaits one ``GenServer`` call directly (for servers of your own).
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from .. import app
+from ..agents import AgentOptions
+from ..protocols import parameters_of
 from ..stores import default_store as _default_store
 from ..supervisors import SupervisorHandle
 from ._bridge import call, run
@@ -39,9 +40,10 @@ from ._faces import (
 )
 
 
-async def start(data_dir: str | os.PathLike[str] | None = None, **options: Any) -> SupervisorHandle:
-    """``otpmem.start(...)``, awaited: the application tree (same arguments)."""
-    return await run(app.start, data_dir, **options)
+@parameters_of(app.start)
+async def start(*args: Any, **kwargs: Any) -> SupervisorHandle:
+    """``otpmem.start(...)``, awaited: the application tree (the same parameters)."""
+    return await run(app.start, *args, **kwargs)
 
 
 async def stop(timeout: float | None = 60.0) -> None:
@@ -49,12 +51,12 @@ async def stop(timeout: float | None = 60.0) -> None:
     await run(app.stop, timeout)
 
 
+@parameters_of(app.start)
 @asynccontextmanager
-async def running(
-    data_dir: str | os.PathLike[str] | None = None, **options: Any
-) -> AsyncIterator[SupervisorHandle]:
-    """``async with aio.running(): ...``: the tree for the block (a web app's lifespan)."""
-    root = await start(data_dir, **options)
+async def running(*args: Any, **kwargs: Any) -> AsyncIterator[SupervisorHandle]:
+    """``async with aio.running(): ...``: the tree for the block (a web app's lifespan),
+    with ``otpmem.start``'s parameters."""
+    root = await start(*args, **kwargs)
     try:
         yield root
     finally:
@@ -62,9 +64,11 @@ async def running(
             await run(root.stop, "shutdown", 60.0)
 
 
-async def start_agent(**options: Any) -> AsyncAgent:
-    """``otpmem.start_agent(...)``, awaited: a supervised agent, as an ``AsyncAgent``."""
-    return AsyncAgent(await run(app.start_agent, **options))
+@parameters_of(AgentOptions)
+async def start_agent(*args: Any, **kwargs: Any) -> AsyncAgent:
+    """``otpmem.start_agent(...)``, awaited: a supervised agent, as an ``AsyncAgent``
+    (``AgentOptions``' parameters)."""
+    return AsyncAgent(await run(app.start_agent, *args, **kwargs))
 
 
 async def default_store() -> AsyncStore:

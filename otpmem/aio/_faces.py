@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from ..agents import AgentHandle, TurnResult
 from ..agents.agent import RUN_TIMEOUT
-from ..memory import MemoryProvider
+from ..memory import BasicMemoryProvider
 from ..memory.recall import Hit, RecallIndexHandle
 from ..messages import Conv, ConvLike
 from ..stores import ChatMemory, Fact, SearchHit, StoredWindow
@@ -195,8 +195,10 @@ class AsyncIndex(AsyncFace[RecallIndexHandle]):
         return result
 
 
-class AsyncProvider(AsyncFace[MemoryProvider]):
-    """A memory provider, awaited: ``await AsyncProvider(provider).history(conv)``."""
+class AsyncProvider(AsyncFace[BasicMemoryProvider]):
+    """A memory provider, awaited: ``await AsyncProvider(provider).history(conv)``; the
+    exactly-once members (keys, ``key_position``, ``window``, ``count``) are a
+    ``MemoryProvider``'s."""
 
     __slots__ = ()
 
@@ -205,9 +207,19 @@ class AsyncProvider(AsyncFace[MemoryProvider]):
         result: list[dict[str, Any]] = await self._run("history", conv)
         return result
 
-    async def append(self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Store ``messages``; returns once they are stored."""
-        await self._run("append", conv, messages)
+    async def append(
+        self,
+        conv: ConvLike,
+        messages: Sequence[Mapping[str, Any]],
+        idempotency_key: str | None = None,
+        *,
+        follows: str | None = None,
+    ) -> None:
+        """Store ``messages``; returns once they are stored (see ``MemoryProvider.append``)."""
+        if idempotency_key is None and follows is None:
+            await self._run("append", conv, messages)  # what a BasicMemoryProvider takes
+        else:
+            await self._run("append", conv, messages, idempotency_key, follows=follows)
 
     async def prepare(
         self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]
@@ -220,6 +232,21 @@ class AsyncProvider(AsyncFace[MemoryProvider]):
         """Forget the conversation."""
         await self._run("clear", conv)
 
+    async def key_position(self, conv: ConvLike, idempotency_key: str) -> int | None:
+        """Where the batch stored with ``idempotency_key`` begins, or None."""
+        result: int | None = await self._run("key_position", conv, idempotency_key)
+        return result
+
+    async def window(self, conv: ConvLike, last: int) -> StoredWindow:
+        """The newest ``last`` stored messages and the pinned ones before them."""
+        result: StoredWindow = await self._run("window", conv, last)
+        return result
+
+    async def count(self, conv: ConvLike) -> int:
+        """How many messages the conversation holds."""
+        result: int = await self._run("count", conv)
+        return result
+
 
 def wrap(target: Any) -> AsyncFace[Any]:
     """The async face that fits ``target``: store, agent, index, provider, or any object."""
@@ -231,7 +258,7 @@ def wrap(target: Any) -> AsyncFace[Any]:
         return AsyncIndex(target)
     if isinstance(target, ChatMemory):
         return AsyncStore(target)
-    if isinstance(target, MemoryProvider):
+    if isinstance(target, BasicMemoryProvider):
         return AsyncProvider(target)
     return AsyncFace(target)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -46,11 +46,18 @@ class LangChainEmbedder:
         return f"LangChainEmbedder({type(self.embeddings).__name__}, dim={self.dim})"
 
 
+class Revision(NamedTuple):
+    """A document's newest record: its revision, and the document."""
+
+    rev: str
+    document: Document
+
+
 class _Live:
     """Each document id's newest record, caught up from the collection's log."""
 
     def __init__(self) -> None:
-        self.docs: dict[str, tuple[str, Document]] = {}  # id -> (rev, document)
+        self.docs: dict[str, Revision] = {}  # id -> its newest revision
         self.seen = 0
         self.last: Mapping[str, Any] | None = None
 
@@ -62,7 +69,7 @@ class _Live:
             else:
                 metadata = thaw(entry.get("metadata") or {})
                 document = Document(record["content"], metadata=metadata, id=entry["id"])
-                self.docs[entry["id"]] = (entry["rev"], document)
+                self.docs[entry["id"]] = Revision(entry["rev"], document)
         self.seen += len(records)
         if records:
             self.last = records[-1]
@@ -73,7 +80,7 @@ class _Live:
         if not isinstance(entry, Mapping) or entry.get("deleted"):
             return False
         found = self.docs.get(entry.get("id"))  # type: ignore[arg-type]
-        return found is not None and found[0] == entry.get("rev")
+        return found is not None and found.rev == entry.get("rev")
 
 
 class OtpmemVectorStore(VectorStore):
@@ -177,7 +184,7 @@ class OtpmemVectorStore(VectorStore):
         records = []
         for doc_id, doc in zip(ids, documents, strict=True):
             found = live.docs.get(doc_id)
-            if found is not None and (found[1].page_content, found[1].metadata) == (
+            if found is not None and (found.document.page_content, found.document.metadata) == (
                 doc.page_content,
                 doc.metadata,
             ):
@@ -226,7 +233,7 @@ class OtpmemVectorStore(VectorStore):
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The live documents with these ids (missing ones left out), in the order asked."""
         live = self._catch_up()
-        return [_copy(live.docs[i][1]) for i in ids if i in live.docs]
+        return [_copy(live.docs[i].document) for i in ids if i in live.docs]
 
     def similarity_search_with_score(
         self, query: str, k: int = 4, **kwargs: Any
@@ -245,7 +252,7 @@ class OtpmemVectorStore(VectorStore):
             if not live.is_live(message):
                 return False
             entry = message["metadata"][DOCUMENT_KEY]
-            return wanted is None or wanted(live.docs[entry["id"]][1])
+            return wanted is None or wanted(live.docs[entry["id"]].document)
 
         hits = self.index.get_relevant(
             query, conversation=self.conv, limit=k, filter=keep, timeout=self.timeout
@@ -254,7 +261,7 @@ class OtpmemVectorStore(VectorStore):
         for hit in hits:
             found_doc = live.docs.get(hit.message["metadata"][DOCUMENT_KEY]["id"])
             if found_doc is not None:
-                found.append((_copy(found_doc[1]), hit.score))
+                found.append((_copy(found_doc.document), hit.score))
         chosen = {doc.id for doc, _ in found}
         for doc_id, (_rev, doc) in list(live.docs.items()):
             if len(found) >= k:

@@ -20,7 +20,14 @@ from .longterm import (
     RuleFactExtractor,
 )
 from .pipeline import PRESETS, Pipeline, PrepareReport
-from .provider import DefaultProvider, MemoryProvider, PipelineProvider
+from .provider import (
+    BasicMemoryProvider,
+    DefaultProvider,
+    MemoryProvider,
+    PipelineProvider,
+    StoreProvider,
+    check_provider,
+)
 from .strategies import (
     SUMMARY_PREFIX,
     PrepareContext,
@@ -98,6 +105,7 @@ __all__ = [
     "DEFAULT_COUNTER",
     "PRESETS",
     "SUMMARY_PREFIX",
+    "BasicMemoryProvider",
     "DefaultProvider",
     "Embedder",
     "EmbedderError",
@@ -126,6 +134,7 @@ __all__ = [
     "RuleFactExtractor",
     "SentenceTransformerEmbedder",
     "SlidingWindow",
+    "StoreProvider",
     "Strategy",
     "Summarization",
     "Summarizer",
@@ -134,6 +143,7 @@ __all__ = [
     "TokenSummarization",
     "TokenTruncation",
     "TokenizerUnavailable",
+    "check_provider",
     "count_all",
     "drop_orphans",
     "is_pinned",

@@ -1,5 +1,6 @@
 """Long-term memory: facts and profiles per user, extracted and injected (seed 004)."""
 
+from ._report import ExtractionBusy, ExtractionReport
 from .extractors import (
     Decision,
     ExtractionFailed,
@@ -10,7 +11,7 @@ from .extractors import (
     parse_decisions,
 )
 from .inject import is_injected
-from .ltm import ExtractionBusy, ExtractionReport, LongTermMemory
+from .ltm import LongTermMemory
 from .server import ExtractionServer
 
 __all__ = [

@@ -19,19 +19,16 @@ the store's durable job list (``request_extraction``), so a kill loses none of t
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar
 
-from ...actors import Event, blocking
+from ...actors import blocking
 from ...llm import ChatModel
 from ...messages import Conv, ConvLike, as_conv, short_repr
 from ...stores import MAX_FACTS_PER_USER, ChatMemory, Fact, FactLimitReached, LongTermStore, Profile
 from ..tokens import DEFAULT_COUNTER, TokenCounter
-from .extractors import Decision, ExtractionFailed, FactExtractor
+from ._report import Claims, ExtractionReport, merged
+from .extractors import ExtractionFailed, FactExtractor
 from .inject import render
 from .profile import update_profile
 from .server import start_server
@@ -45,69 +42,11 @@ MODES = ("sync", "async")
 T = TypeVar("T")
 
 
-class ExtractionBusy(RuntimeError):
-    """Another extraction of the conversation did not finish within the timeout."""
+class Rendered(NamedTuple):
+    """A user's rendered long-term context, and the state of the records it was made of."""
 
-
-@dataclass
-class ExtractionReport:
-    """What one ``extract`` did: messages ``start..end`` processed (the cursor is now
-    ``end``), the facts saved, keys deleted or confirmed, new keys refused at the cap,
-    unusable decisions skipped, and the error that changed nothing, if any."""
-
-    conv: Conv
-    start: int = 0
-    end: int = 0
-    saved: list[Fact] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    skipped: list[Decision] = field(default_factory=list)
-    error: str | None = None
-    queued: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing went wrong (a queued extraction has not run yet)."""
-        return self.error is None
-
-    @property
-    def processed(self) -> int:
-        """How many messages this extraction moved the cursor over."""
-        return self.end - self.start
-
-
-class _Claims:
-    """One extraction per conversation at a time in this process: two that overlapped
-    would read one cursor and could move it back (a repeat). Waits suspend a process,
-    never its scheduler thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[Conv, list[Event]] = {}
-
-    @contextmanager
-    def hold(self, conv: Conv, timeout: float) -> Iterator[None]:
-        """Hold ``conv`` for the block; ``ExtractionBusy`` after ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                waiters = self._held.get(conv)
-                if waiters is None:
-                    self._held[conv] = []
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ExtractionBusy(f"another extraction of {conv} is still running")
-                freed = Event()
-                waiters.append(freed)
-            freed.wait(remaining)
-        try:
-            yield
-        finally:
-            with self._lock:
-                for freed in self._held.pop(conv, []):
-                    freed.set()
+    state: Any
+    messages: list[dict[str, Any]]
 
 
 def _choice(value: object, choices: tuple[str, ...], what: str) -> str:
@@ -188,8 +127,8 @@ class LongTermMemory:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
-        self._claims = _Claims()
-        self._rendered: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
+        self._claims = Claims()
+        self._rendered: dict[str, Rendered] = {}
         self.server: Any = None
         if self.mode == "async":
             self.server = start_server(self, supervisor)
@@ -223,7 +162,7 @@ class LongTermMemory:
             report = last = self._one_batch(key)
             while last.ok and last.processed == self.batch:
                 last = self._one_batch(key)
-                report = _merged(report, last)
+                report = merged(report, last)
         return report
 
     def notify(self, event: str, conv: ConvLike) -> ExtractionReport | None:
@@ -351,14 +290,13 @@ class LongTermMemory:
             tuple((f.key, f.version, f.updated_at) for f in facts),
         )
         cached = self._rendered.get(user_id)
-        if cached is None or cached[0] != state:
+        if cached is None or cached.state != state:
             if len(self._rendered) >= RENDER_CACHE:
                 self._rendered.clear()
-            cached = self._rendered[user_id] = (
-                state,
-                render(profile, facts, self.inject_max_tokens, self.counter),
+            cached = self._rendered[user_id] = Rendered(
+                state, render(profile, facts, self.inject_max_tokens, self.counter)
             )
-        return [dict(message) for message in cached[1]]
+        return [dict(message) for message in cached.messages]
 
     def inject(
         self, messages: Sequence[Mapping[str, Any]], user_id: str | None
@@ -385,17 +323,3 @@ def user_conv(conv: ConvLike) -> Conv:
             "use Conv(user_id, conversation_id)"
         )
     return key
-
-
-def _merged(first: ExtractionReport, then: ExtractionReport) -> ExtractionReport:
-    return ExtractionReport(
-        first.conv,
-        first.start,
-        then.end if then.processed else first.end,
-        [*first.saved, *then.saved],
-        [*first.deleted, *then.deleted],
-        [*first.unchanged, *then.unchanged],
-        [*first.refused, *then.refused],
-        [*first.skipped, *then.skipped],
-        then.error,
-    )

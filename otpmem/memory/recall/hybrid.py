@@ -16,7 +16,7 @@ from typing import Any
 from ...messages import ConvLike, as_conv, is_summary, short_repr, text_of
 from ...stores import ChatMemory
 from ..pipeline import Pipeline
-from ..provider import DefaultProvider
+from ..provider import DefaultProvider, StoreProvider
 from ..window import is_pinned, newest_user_index, units
 from .handle import RecallIndexHandle
 
@@ -28,7 +28,7 @@ def _recallable(message: Mapping[str, Any]) -> bool:
     return not is_pinned(message)
 
 
-class HybridProvider:
+class HybridProvider(StoreProvider):
     """A ``MemoryProvider`` that recalls what matters from the whole conversation::
 
         index = RecallIndex.start_link(store)
@@ -76,7 +76,7 @@ class HybridProvider:
             raise ValueError(f"recent_weight must be in [0, 1], got {recent_weight!r}")
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a Pipeline, got {short_repr(pipeline)}")
-        self.store = store
+        super().__init__(store)
         self.index = index
         self.recent_limit = recent_limit
         self.semantic_limit = semantic_limit
@@ -107,18 +107,6 @@ class HybridProvider:
         ``store.window`` read (reaching back into a tool round): the rest is recalled in
         ``prepare``."""
         return self._tail.history(conv)
-
-    def append(
-        self,
-        conv: ConvLike,
-        messages: Sequence[Mapping[str, Any]],
-        idempotency_key: str | None = None,
-        *,
-        follows: str | None = None,
-    ) -> None:
-        """Store ``messages`` (validated whole first; keys as ``ChatMemory.add`` takes them);
-        the index sees them on its next query."""
-        self.store.add(conv, messages, idempotency_key, follows=follows)
 
     def clear(self, conv: ConvLike) -> None:
         """Forget the conversation, in the store and in the index."""

@@ -23,6 +23,7 @@ import re
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -102,6 +103,13 @@ def tokenize(text: str, stopwords: frozenset[str] = STOPWORDS, stemmed: bool = T
     return [stem(t) for t in words if t not in stopwords]
 
 
+class Posting(NamedTuple):
+    """A term's postings: the documents it is in, and how often it is in each."""
+
+    docs: array[int]
+    tfs: array[float]
+
+
 class LexicalIndex:
     """Documents are numbered 0, 1, 2... in the order added; ``remove`` takes one out.
 
@@ -115,7 +123,7 @@ class LexicalIndex:
     def __init__(self, k1: float = 1.5, b: float = 0.75) -> None:
         self.k1 = k1
         self.b = b
-        self.postings: dict[str, tuple[array[int], array[float]]] = {}
+        self.postings: dict[str, Posting] = {}
         self.df: Counter[str] = Counter()
         self.lengths: array[float] = array("f")
         self.live = 0
@@ -131,9 +139,9 @@ class LexicalIndex:
         for term, tf in counts.items():
             posting = self.postings.get(term)
             if posting is None:
-                posting = self.postings[term] = (array("i"), array("f"))
-            posting[0].append(doc)
-            posting[1].append(tf)
+                posting = self.postings[term] = Posting(array("i"), array("f"))
+            posting.docs.append(doc)
+            posting.tfs.append(tf)
         self.df.update(counts.keys())
         self.lengths.append(len(tokens))
         self.live += 1
@@ -161,8 +169,8 @@ class LexicalIndex:
             if posting is None or df <= 0:
                 continue
             idf = math.log(1 + (self.live - df + 0.5) / (df + 0.5))
-            ids = np.frombuffer(posting[0], dtype=np.int32)
-            tfs = np.frombuffer(posting[1], dtype=np.float32)
+            ids = np.frombuffer(posting.docs, dtype=np.int32)
+            tfs = np.frombuffer(posting.tfs, dtype=np.float32)
             assert norm is not None  # a posting means a token, so avgdl > 0
             # A term's postings name each document once: plain fancy-index add is exact.
             out[ids] += np.float32(idf) * tfs / (tfs + norm[ids])

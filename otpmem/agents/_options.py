@@ -1,0 +1,124 @@
+"""An agent's start options, written once: ``AgentOptions``, and what they are checked and
+built into (``configure``) before any process exists.
+
+``Agent.start_link``, ``Agent.start``, ``otpmem.start_agent`` and ``otpmem.aio.start_agent``
+take ``AgentOptions``' parameters (``otpmem.protocols.parameters_of``), so a parameter added
+here is a parameter of all four, typed, with its default.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, cast
+
+from ..kernel import Filter, Kernel, Tool
+from ..llm import ChatModel, Pricing
+from ..memory import BasicMemoryProvider, MemoryProvider
+from ..messages import Conv, as_conv, check_user_id
+from ..protocols import conforms
+from ._config import Callbacks, as_callbacks, resolve_memory
+from ._context import TurnContext, turn_context
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """What an agent is started with; every option is checked at start, not later.
+
+    ``llm``: the model. ``memory``: one of ``MEMORY_FORMS`` (the shared default store when
+    omitted). ``conversation_id`` (a fresh ``conv-...`` when None) and ``user_id`` name the
+    conversation. ``system_prompt``: sent first in every model call, never stored.
+    ``tools``: functions or ``Tool``s. ``max_tool_iterations``: model calls of one turn, at
+    most. ``filters``: the kernel's onion filters. ``callbacks``: hooks into a turn (a
+    ``Callbacks`` or a dict of them). ``on_busy``: what a turn does while another turn
+    writes the conversation, ``"wait"`` (up to ``busy_timeout`` s) or ``"refuse"``.
+    ``agent_name``: the agent's name in callbacks and ``info()``. ``guardrails``: policies
+    checked before every model call (``PolicyViolation`` to the caller, the agent stays
+    up). ``long_term_memory``: a ``LongTermMemory`` injected before the history and
+    extracted per its trigger. ``pricing``: the cost recorded with each answer's usage
+    when the model reports none. ``name``: the name the agent's process is registered
+    under (None: none).
+    """
+
+    llm: ChatModel
+    memory: Any = "default"
+    conversation_id: str | None = None
+    user_id: str | None = None
+    system_prompt: str | None = None
+    tools: Iterable[Callable[..., Any] | Tool] = ()
+    max_tool_iterations: int = 10
+    _: KW_ONLY
+    filters: Iterable[Filter] = ()
+    callbacks: Callbacks | Mapping[str, Any] | None = None
+    on_busy: str = "wait"
+    busy_timeout: float = 60.0
+    agent_name: str = "agent"
+    guardrails: Iterable[Any] = ()
+    long_term_memory: Any = None
+    pricing: Pricing | None = None
+    name: str | None = None
+
+
+@dataclass
+class AgentConfig:
+    """An agent's options, checked and built: what its server runs turns with."""
+
+    kernel: Kernel
+    provider: BasicMemoryProvider | None
+    keyed: MemoryProvider | None  # the provider, when it keeps the exactly-once contract
+    conv: Conv
+    system_prompt: str | None
+    sending: TurnContext
+    callbacks: Callbacks
+    on_busy: str
+    busy_timeout: float
+    agent_name: str
+
+
+def configure(options: AgentOptions) -> AgentConfig:
+    """Every option checked and built, before any process exists."""
+    provider = resolve_memory(options.memory)
+    conv_id = options.conversation_id or f"conv-{uuid.uuid4().hex[:16]}"
+    conv = as_conv(Conv(check_user_id(options.user_id), conv_id))
+    prompt = _check_prompt(options.system_prompt)
+    kernel = Kernel(
+        options.llm,
+        options.filters,
+        options.tools,
+        options.max_tool_iterations,
+        pricing=options.pricing,
+    )
+    keyed = provider is not None and conforms(provider, MemoryProvider)
+    config = AgentConfig(
+        kernel=kernel,
+        provider=provider,
+        keyed=cast(MemoryProvider, provider) if keyed else None,
+        conv=conv,
+        system_prompt=prompt,
+        sending=turn_context(provider, conv, prompt, options.long_term_memory, options.guardrails),
+        callbacks=as_callbacks(options.callbacks),
+        on_busy=_check_busy(options.on_busy),
+        busy_timeout=options.busy_timeout,
+        agent_name=options.agent_name,
+    )
+    if config.provider is not None and config.kernel.memory is not None:
+        raise ValueError(
+            "a memory_filter in an agent's filters would store every message twice; "
+            "give the agent memory=... or the filter, not both"
+        )
+    return config
+
+
+def _check_prompt(prompt: Any) -> str | None:
+    if prompt is None or prompt == "":
+        return None
+    if not isinstance(prompt, str):
+        raise TypeError(f"system_prompt must be a str, got {prompt!r}")
+    return prompt
+
+
+def _check_busy(on_busy: Any) -> str:
+    if on_busy not in ("wait", "refuse"):
+        raise ValueError(f"on_busy must be 'wait' or 'refuse', got {on_busy!r}")
+    return str(on_busy)
