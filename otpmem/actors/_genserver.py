@@ -205,23 +205,3 @@ class GenServer(Generic[H]):
         process = Process(server, args, kwargs, me if link else None, faults)
         process.start(name, start_timeout)
         return cls.handle_class(process)
-
-    @classmethod
-    def _spawn(
-        cls,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        parent: Process | None,
-        name: str | None,
-        faults: FaultPlan | None,
-        start_timeout: float | None,
-    ) -> H:
-        # The old positional form, for agents/agent.py until it calls spawn; then it goes.
-        return cls.spawn(
-            args,
-            kwargs,
-            link=parent is not None,
-            name=name,
-            faults=faults,
-            start_timeout=start_timeout,
-        )

@@ -16,7 +16,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..actors import ExitReason, GenServer, Handle, current
+from ..actors import ExitReason, GenServer, Handle
 from ..guardrails import PolicyViolation
 from ..kernel import Context, MaxToolIterations
 from ..llm import ChatResponse
@@ -80,7 +80,7 @@ class AgentHandle(Handle):
         return result
 
 
-class Agent(GenServer):
+class Agent(GenServer[AgentHandle]):
     """An LLM agent as a supervised server::
 
     agent = Agent.start_link(llm=ScriptedModel(["hi"]), memory={"window": 20})
@@ -97,28 +97,25 @@ class Agent(GenServer):
         TypeError,
     )
     handle_class = AgentHandle
+    kind = "agent"
 
     @classmethod
     @method_parameters_of(AgentOptions)
-    def start_link(cls, *args: Any, **kwargs: Any) -> AgentHandle:  # type: ignore[override]
+    def start_link(cls, *args: Any, **kwargs: Any) -> AgentHandle:
         """Start an agent linked to the caller, with ``AgentOptions``' parameters: every
         one is checked here, not later."""
         options = AgentOptions(*args, **kwargs)
         config, name = configure(options), options.name
-        handle = cls._spawn((config,), {}, current(), name, None, 5.0)
-        assert isinstance(handle, AgentHandle)
-        return handle
+        return cls.spawn((config,), {}, link=True, name=name)
 
     @classmethod
     @method_parameters_of(AgentOptions)
-    def start(cls, *args: Any, **kwargs: Any) -> AgentHandle:  # type: ignore[override]
+    def start(cls, *args: Any, **kwargs: Any) -> AgentHandle:
         """Like ``start_link`` (the same parameters), without the link: nobody is told when
         it exits."""
         options = AgentOptions(*args, **kwargs)
         config, name = configure(options), options.name
-        handle = cls._spawn((config,), {}, None, name, None, 5.0)
-        assert isinstance(handle, AgentHandle)
-        return handle
+        return cls.spawn((config,), {}, link=False, name=name)
 
     def init(self, config: AgentConfig) -> None:
         self.config = config
