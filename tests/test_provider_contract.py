@@ -20,7 +20,7 @@ from otpmem.memory import (
     Summarization,
     TokenTruncation,
 )
-from otpmem.memory.testing import MemoryProviderContract
+from otpmem.memory.testing import BasicMemoryProviderContract, MemoryProviderContract
 from otpmem.messages import ConvLike
 from otpmem.protocols import signature_mismatches
 from otpmem.stores import LevelDBStore, MemoryStore, MemoryStoreHandle
@@ -91,7 +91,7 @@ class Bare:
         self.inner.clear(conv)
 
 
-class TestBasicMemoryProvider(MemoryProviderContract):
+class TestBasicMemoryProvider(BasicMemoryProviderContract):
     @pytest.fixture
     def provider(self) -> Iterator[Any]:
         store = MemoryStore.start_link()

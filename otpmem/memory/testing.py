@@ -2,8 +2,9 @@
 
 Subclass ``MemoryProviderContract`` and provide a ``provider`` fixture (fresh, over an
 empty store). Its members must take what the protocol says (names, kinds and defaults of
-their parameters: ``otpmem.protocols.signature_mismatches``); a ``MemoryProvider`` is also
-held to the exactly-once contract (a ``BasicMemoryProvider`` skips those tests)::
+their parameters: ``otpmem.protocols.signature_mismatches``), and it is held to the
+exactly-once contract; a ``BasicMemoryProvider`` (no keys) subclasses
+``BasicMemoryProviderContract``, the same tests without that contract::
 
     class TestMyProvider(MemoryProviderContract):
         @pytest.fixture
@@ -44,8 +45,10 @@ def _turn(i: int) -> list[dict[str, Any]]:
     ]
 
 
-class MemoryProviderContract:
-    """What every provider must do; subclass with a ``provider`` fixture."""
+class BasicMemoryProviderContract:
+    """What every provider must do, keys or none; subclass with a ``provider`` fixture."""
+
+    protocol: Any = BasicMemoryProvider
 
     def test_history_reads_its_own_writes(self, provider: Any) -> None:
         conv = Conv("contract", "ryw")
@@ -103,45 +106,41 @@ class MemoryProviderContract:
         assert provider.history(Conv("contract", "b"))[-4:] == _turn(1)
 
     def test_members_take_what_the_protocol_says(self, provider: Any) -> None:
-        keyed = conforms(provider, MemoryProvider)
-        assert (
-            signature_mismatches(provider, MemoryProvider if keyed else BasicMemoryProvider) == []
-        )
+        assert conforms(provider, self.protocol)
+        assert signature_mismatches(provider, self.protocol) == []
+
+
+class MemoryProviderContract(BasicMemoryProviderContract):
+    """What a ``MemoryProvider`` must do: the basic contract, and exactly-once writes."""
+
+    protocol: Any = MemoryProvider
 
     def test_a_batch_sent_again_with_its_key_is_stored_once(self, provider: Any) -> None:
-        keyed = _keyed(provider)
         conv = Conv("contract", "once")
-        keyed.append(conv, _turn(0))
+        provider.append(conv, _turn(0))
         for _ in range(2):
-            keyed.append(conv, _turn(1), "turn-1")
-        assert keyed.count(conv) == 8
-        assert keyed.key_position(conv, "turn-1") == 4
-        assert keyed.key_position(conv, "turn-2") is None
+            provider.append(conv, _turn(1), "turn-1")
+        assert provider.count(conv) == 8
+        assert provider.key_position(conv, "turn-1") == 4
+        assert provider.key_position(conv, "turn-2") is None
         assert provider.history(conv)[-4:] == _turn(1)
 
     def test_a_batch_following_a_cleared_one_is_refused(self, provider: Any) -> None:
-        keyed = _keyed(provider)
         conv = Conv("contract", "follows")
-        keyed.append(conv, _turn(0)[:1], "turn:t:0")
-        keyed.append(conv, _turn(0)[1:], "turn:t:1", follows="turn:t:0")
-        keyed.clear(conv)
+        provider.append(conv, _turn(0)[:1], "turn:t:0")
+        provider.append(conv, _turn(0)[1:], "turn:t:1", follows="turn:t:0")
+        provider.clear(conv)
         with pytest.raises(ConversationCleared):
-            keyed.append(conv, _turn(1), "turn:t:2", follows="turn:t:0")
-        assert keyed.count(conv) == 0
+            provider.append(conv, _turn(1), "turn:t:2", follows="turn:t:0")
+        assert provider.count(conv) == 0
 
     def test_window_and_count_read_the_whole_stored_conversation(self, provider: Any) -> None:
-        keyed = _keyed(provider)
         conv = Conv("contract", "reads")
         stored = [m for i in range(10) for m in _turn(i)]
-        keyed.append(conv, stored)
-        assert keyed.count(conv) == len(stored)
-        whole = keyed.window(conv, len(stored))
+        provider.append(conv, stored)
+        assert provider.count(conv) == len(stored)
+        whole = provider.window(conv, len(stored))
         assert (whole.start, whole.total, whole.tail) == (0, len(stored), stored)
-        newest = keyed.window(conv, 3)
+        newest = provider.window(conv, 3)
         assert (newest.start, newest.tail) == (len(stored) - 3, stored[-3:])
 
-
-def _keyed(provider: Any) -> Any:
-    if not conforms(provider, MemoryProvider):
-        pytest.skip("a BasicMemoryProvider keeps no exactly-once contract")
-    return provider
