@@ -36,6 +36,7 @@ MODULES: list[str] = [
     "postgres",
     "longterm",
     "nodes",
+    "soak",
 ]
 """Benchmark modules in run order: ``<name>`` is ``benchmarks/bench_<name>.py``."""
 
