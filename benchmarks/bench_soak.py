@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import statistics
 import threading
@@ -38,6 +39,9 @@ WORKERS = 8  # the simulation's default
 MESSAGES_PER_TURN = 4  # the most a scripted turn stores: question, tool call, result, answer
 GOAL_KIB_PER_TURN = 1.0
 WARMUP_SHARE = 0.25
+CEILING_TURNS_PER_S = 600
+"""Twice what this box does: turns are planned for the run to outlast its minutes here (a
+run plans its faults for every planned turn up front, so it is not planned endless)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ def run_soak(minutes: float, every: float, root: Path) -> tuple[list[Sample], Si
     turns = Turns()
     simulation = Simulation(
         agents=AGENTS,
-        turns=10**7,
+        turns=math.ceil(minutes * 60 * CEILING_TURNS_PER_S / AGENTS),
         data_dir=root / "run",
         chaos=CHAOS,
         seed=1,
@@ -145,7 +149,7 @@ def report_lines(samples: list[Sample], report: SimulationReport) -> list[str]:
     in_flight = WORKERS * MESSAGES_PER_TURN
     lines = [
         f"soak {samples[-1].seconds / 60:.1f} min at chaos {CHAOS} ({AGENTS} agents, the "
-        f"default simulation): "
+        f"default simulation{'' if report.interrupted else '; every planned turn done'}): "
         f"{report.turns_this_run:,} turns, {faults:,} faults, {report.restarts:,} restarts; "
         f"lost {report.lost}, extra {report.duplicated} (goal: none lost; extra only from the "
         f"turns in flight at the stop, stored in part and never acknowledged) -> "
