@@ -33,6 +33,7 @@ from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
 from ._sysmon import HogReport, add_hog_listener, remove_hog_listener
 from ._tables import Table, give_away, set_heir, writing_for
+from ._timers import Timer, cancel_timer, send_after
 from ._waits import Event, sleep
 from ._waits import run_blocking as _run_blocking
 
@@ -67,9 +68,11 @@ __all__ = [
     "TableError",
     "TableKeeper",
     "TableTransfer",
+    "Timer",
     "add_hog_listener",
     "adopt_kept_tables",
     "blocking",
+    "cancel_timer",
     "claim_table",
     "current",
     "demonitor",
@@ -88,6 +91,7 @@ __all__ = [
     "reply_error",
     "runtime_thread",
     "self_handle",
+    "send_after",
     "set_heir",
     "sleep",
     "stop_all",
