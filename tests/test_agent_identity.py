@@ -274,3 +274,45 @@ def test_the_asyncio_face_follows_restarts_and_activates(app: Trace) -> None:
         return [(await agent.run("two")).content, (await lazy.run("hi")).content]
 
     assert asyncio.run(scenario()) == ["saw:3", "saw:1"]
+
+
+def test_a_turn_killed_midway_is_retried_exactly_once_through_the_same_handle(
+    app: Trace,
+) -> None:
+    in_model, release = threading.Event(), threading.Event()
+    answers = iter(["held", "after"])
+
+    def held(messages: list[dict[str, Any]], tools: Any) -> str:
+        answer = next(answers)
+        if answer == "held":
+            in_model.set()
+            release.wait(WAIT)
+        return answer
+
+    agent = otpmem.start_agent(llm=ScriptedModel(held, usage=False), conversation_id="mid")
+    outcome: list[BaseException] = []
+
+    def first_attempt() -> None:
+        try:
+            agent.run("q", turn_id="t1")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=first_attempt)
+    caller.start()
+    assert in_model.wait(WAIT)
+    faults.kill(agent)
+    caller.join(WAIT)
+    release.set()
+    assert outcome and type(outcome[0]).__name__ == "ServerExited"
+    retried = agent.run("q", turn_id="t1")  # the same handle, the next incarnation
+    assert retried.content == "after"
+    assert contents(agent) == ["q", "after"]  # the user message stored once
+
+
+def test_after_the_application_stops_a_handle_fails_at_once() -> None:
+    with otpmem.running():
+        agent = otpmem.start_agent(llm=model(), conversation_id="gone")
+        agent.run("hi")
+    with pytest.raises(NoProcess):
+        agent.info(timeout=WAIT)
