@@ -156,8 +156,8 @@ class Simulation:
             # run injects the rest of the schedule, as the first run would have.
             done = {(e["conversation"], e["turn"]) for e in previous}
             ledger = Ledger(ledger_path)
-            self._fault_log = FaultLog(self.data_dir / FAULT_LOG)
             try:
+                self._fault_log = FaultLog(self.data_dir / FAULT_LOG)
                 model = self.model or ScriptedModel(scripted_arithmetic)
                 for i in range(self.agents):
                     start_agent(
@@ -180,7 +180,8 @@ class Simulation:
                 report = self._audit(Ledger.load(ledger_path), time.monotonic() - started)
             finally:
                 ledger.close()
-                self._fault_log.close()
+                if self._fault_log is not None:
+                    self._fault_log.close()
         finally:
             if root.alive:
                 root.stop("shutdown", 60.0)
