@@ -174,6 +174,10 @@ def test_bad_arguments_are_refused_before_connecting() -> None:
         {"namespace": "Has-Caps"},
         {"namespace": "x" * 70},
         {"pool_size": 0},
+        {"connect_timeout": 0},
+        {"connect_timeout": float("nan")},
+        {"connect_timeout": "10"},
+        {"connect_timeout": True},
     ]
     for kwargs in bad:
         with pytest.raises(ValueError):
