@@ -256,6 +256,7 @@ def test_a_fenced_store_back_from_an_outage_is_refused_a_lease_taken_meanwhile(
         with pytest.raises(StoreUnavailable, match="try again"):
             store.add(CONV, [_user("during")])
         server.start()
+        assert owner.owners() == {"A"}  # the leases' own connection is a new one too
         # While A was cut off its lease on c ran out and B took it; d is still A's.
         successor = Leases(server.dsn, "fenced", owner="B", ttl=30.0)
         with psycopg.connect(server.dsn, autocommit=True) as conn:
