@@ -112,7 +112,7 @@ def test_a_restarted_server_costs_retryable_errors_and_no_acknowledged_message()
     where = tempfile.mkdtemp(prefix="otpmem-test-pg-restart-")
     server = pgserver.get_server(where, cleanup_mode="stop")
     dsn = server.get_uri()
-    # The default restart budgets: a server away for seconds must not exhaust them.
+    # Supervised, with every default: the store rides the restart out in place.
     sup = Supervisor.start_link([PostgresStore.child_spec(dsn, "pg-restart", namespace="restart")])
     try:
         store = PostgresStore.named("pg-restart")
