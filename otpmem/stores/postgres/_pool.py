@@ -16,6 +16,7 @@ server and serves again, on the same handle, once the server is back.
   confirms with one round trip, and takes the next; a sound connection costs one ``poll``.
 
     pool = open_pool(dsn, "otpmem", pool_size=8, connect_timeout=10.0)
+    pool.open(wait=True, timeout=10.0)
     with pooled(pool, 10.0) as conn:
         conn.execute("SELECT 1")
 """
