@@ -16,7 +16,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..actors import ExitReason, GenServer, Handle
+from ..actors import ExitReason, GenServer, Handle, split_request
 from ..guardrails import PolicyViolation
 from ..kernel import Context, MaxToolIterations
 from ..llm import ChatResponse
@@ -131,9 +131,9 @@ class Agent(GenServer[AgentHandle]):
             ltm.notify("close", self.config.conv)  # trigger="on_close"; never raises
 
     def handle_call(self, message: Any) -> Any:
-        if not isinstance(message, tuple) or not message:
-            raise ValueError(f"Agent does not understand {short_repr(message)}")
-        kind, *args = message
+        # The door: a tuple of a known operation and its arguments, compared as exact types.
+        requests = {"run": (1, 2), "messages": (0,), "add_message": (1,), "clear": (0,)}
+        kind, args = split_request(message, "Agent", {**requests, "info": (0,)})
         provider, conv = self.config.provider, self.config.conv
         if kind == "run":
             return self._turn(*args)
