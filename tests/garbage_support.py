@@ -9,11 +9,15 @@ caller's). Deep values are 100,000 levels: any recursion over them raises Recurs
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+from otpmem.messages import Conv
+from otpmem.stores import Fact, Profile
 
 
 class RaisingEq:
@@ -166,3 +170,72 @@ def examples(count: int) -> settings:
         database=None,
         suppress_health_check=list(HealthCheck),
     )
+
+
+# -- a store's requests, with garbage in one place ---------------------------------------------
+
+MSG = {"role": "user", "content": "x"}
+G = Conv("garbage-user", "garbage")
+"""A conversation garbage may write to: never one a test keeps."""
+
+STORE_OPERATIONS = [
+    "add",
+    "clear",
+    "forget_user",
+    "import",
+    "save_facts",
+    "save_profile",
+    "delete_profile",
+    "request_extraction",
+]
+
+STORE_TEMPLATES: list[Callable[[Any], Any]] = [
+    lambda g: ("add", g, [MSG]),
+    lambda g: ("add", G, g),
+    lambda g: ("add", G, [MSG, g]),
+    lambda g: ("add", G, [{"role": "user", "content": g}]),
+    lambda g: ("add", G, [{"role": g, "content": "x"}]),
+    lambda g: ("add", G, [{**MSG, "metadata": {"k": g}}]),
+    lambda g: ("add", G, [{"role": "assistant", "content": None, "tool_calls": g}]),
+    lambda g: ("add", G, [{"role": "assistant", "content": None, "tool_calls": [g]}]),
+    lambda g: (
+        "add",
+        G,
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": g, "type": g, "function": {"name": "f", "arguments": "{}"}}],
+            }
+        ],
+    ),
+    lambda g: ("add", G, [MSG], g, None),
+    lambda g: ("add", G, [MSG], None, g),
+    lambda g: ("add", Conv(g, "c"), [MSG]),
+    lambda g: ("add", Conv("u", g), [MSG]),
+    lambda g: ("clear", g),
+    lambda g: ("forget_user", g),
+    lambda g: ("import", g),
+    lambda g: ("import", [g]),
+    lambda g: ("import", [(G, g)]),
+    lambda g: ("import", [(g, [MSG])]),
+    lambda g: ("save_facts", g, [], [], None, 200, False),
+    lambda g: ("save_facts", "u", g, [], None, 200, False),
+    lambda g: ("save_facts", "u", [g], [], None, 200, False),
+    lambda g: ("save_facts", "u", [Fact("u", "k", g)], [], None, 200, False),
+    lambda g: ("save_facts", "u", [Fact("u", g, "v")], [], None, 200, False),
+    lambda g: ("save_facts", "u", [Fact(g, "k", "v")], [], None, 200, False),
+    lambda g: ("save_facts", "u", [], [g], None, 200, False),
+    lambda g: ("save_facts", "u", [], [], g, 200, False),
+    lambda g: ("save_facts", "u", [], [], (g, 1), 200, False),
+    lambda g: ("save_facts", "u", [], [], None, g, False),
+    lambda g: ("save_facts", "u", [], [], None, 200, g),
+    lambda g: ("save_profile", g),
+    lambda g: ("save_profile", Profile(g, "s")),
+    lambda g: ("save_profile", Profile("u", g)),
+    lambda g: ("save_profile", Profile("u", "s", g)),
+    lambda g: ("save_profile", Profile("u", "s", {"k": g})),
+    lambda g: ("delete_profile", g),
+    lambda g: ("request_extraction", g, 1),
+    lambda g: ("request_extraction", Conv("u", "c"), g),
+]

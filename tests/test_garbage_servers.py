@@ -40,7 +40,7 @@ from otpmem.memory.recall import RecallIndex
 from otpmem.messages import Conv
 from otpmem.stores import Fact, LevelDBStore, MemoryStore, Profile
 from otpmem.supervisors import ChildSpec, Supervisor
-from tests.garbage_support import examples, requests
+from tests.garbage_support import MSG, STORE_OPERATIONS, STORE_TEMPLATES, G, examples, requests
 from tests.support import Worker, worker_spec
 
 EXAMPLES = 60
@@ -54,8 +54,6 @@ KEPT = [
     {"role": "user", "content": "the sentinel is allergic to peanuts"},
     {"role": "assistant", "content": "noted"},
 ]
-MSG = {"role": "user", "content": "x"}
-G = Conv("garbage-user", "garbage")
 
 
 @dataclass
@@ -71,68 +69,6 @@ class Target:
 
 
 # -- the stores --------------------------------------------------------------------------------
-
-STORE_OPERATIONS = [
-    "add",
-    "clear",
-    "forget_user",
-    "import",
-    "save_facts",
-    "save_profile",
-    "delete_profile",
-    "request_extraction",
-]
-
-STORE_TEMPLATES: list[Callable[[Any], Any]] = [
-    lambda g: ("add", g, [MSG]),
-    lambda g: ("add", G, g),
-    lambda g: ("add", G, [MSG, g]),
-    lambda g: ("add", G, [{"role": "user", "content": g}]),
-    lambda g: ("add", G, [{"role": g, "content": "x"}]),
-    lambda g: ("add", G, [{**MSG, "metadata": {"k": g}}]),
-    lambda g: ("add", G, [{"role": "assistant", "content": None, "tool_calls": g}]),
-    lambda g: ("add", G, [{"role": "assistant", "content": None, "tool_calls": [g]}]),
-    lambda g: (
-        "add",
-        G,
-        [
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": g, "type": g, "function": {"name": "f", "arguments": "{}"}}],
-            }
-        ],
-    ),
-    lambda g: ("add", G, [MSG], g, None),
-    lambda g: ("add", G, [MSG], None, g),
-    lambda g: ("add", Conv(g, "c"), [MSG]),
-    lambda g: ("add", Conv("u", g), [MSG]),
-    lambda g: ("clear", g),
-    lambda g: ("forget_user", g),
-    lambda g: ("import", g),
-    lambda g: ("import", [g]),
-    lambda g: ("import", [(G, g)]),
-    lambda g: ("import", [(g, [MSG])]),
-    lambda g: ("save_facts", g, [], [], None, 200, False),
-    lambda g: ("save_facts", "u", g, [], None, 200, False),
-    lambda g: ("save_facts", "u", [g], [], None, 200, False),
-    lambda g: ("save_facts", "u", [Fact("u", "k", g)], [], None, 200, False),
-    lambda g: ("save_facts", "u", [Fact("u", g, "v")], [], None, 200, False),
-    lambda g: ("save_facts", "u", [Fact(g, "k", "v")], [], None, 200, False),
-    lambda g: ("save_facts", "u", [], [g], None, 200, False),
-    lambda g: ("save_facts", "u", [], [], g, 200, False),
-    lambda g: ("save_facts", "u", [], [], (g, 1), 200, False),
-    lambda g: ("save_facts", "u", [], [], None, g, False),
-    lambda g: ("save_facts", "u", [], [], None, 200, g),
-    lambda g: ("save_profile", g),
-    lambda g: ("save_profile", Profile(g, "s")),
-    lambda g: ("save_profile", Profile("u", g)),
-    lambda g: ("save_profile", Profile("u", "s", g)),
-    lambda g: ("save_profile", Profile("u", "s", {"k": g})),
-    lambda g: ("delete_profile", g),
-    lambda g: ("request_extraction", g, 1),
-    lambda g: ("request_extraction", Conv("u", "c"), g),
-]
 
 
 def store_target(store: Any, sync: Callable[[], object]) -> Target:
