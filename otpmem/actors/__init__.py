@@ -20,6 +20,7 @@ from ._errors import (
     StartIgnored,
     TableError,
     is_normal_exit,
+    is_reason,
     is_shutdown,
 )
 from ._genserver import GenServer, ReplyTo, reply, reply_error
@@ -28,6 +29,7 @@ from ._heirs import adopt_kept_tables, new_table
 from ._keeper import TableKeeper, claim_table
 from ._names import registered
 from ._node import current, live_processes, on_exit, stop_all
+from ._requests import is_tagged, split_request
 from ._scheduler import runtime_thread
 from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
@@ -78,7 +80,9 @@ __all__ = [
     "demonitor",
     "give_away",
     "is_normal_exit",
+    "is_reason",
     "is_shutdown",
+    "is_tagged",
     "link",
     "live_processes",
     "monitor",
@@ -94,6 +98,7 @@ __all__ = [
     "send_after",
     "set_heir",
     "sleep",
+    "split_request",
     "stop_all",
     "unlink",
     "unregister",

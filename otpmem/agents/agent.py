@@ -26,6 +26,7 @@ from ..actors import (
     current,
     on_exit,
     send_after,
+    split_request,
 )
 from ..guardrails import PolicyViolation
 from ..kernel import Context, MaxToolIterations
@@ -135,9 +136,9 @@ class Agent(GenServer[AgentHandle]):
             ltm.notify("close", self.config.conv)  # trigger="on_close"; never raises
 
     def handle_call(self, message: Any) -> Any:
-        if not isinstance(message, tuple) or not message:
-            raise ValueError(f"Agent does not understand {short_repr(message)}")
-        kind, *args = message
+        # The door: a tuple of a known operation and its arguments, compared as exact types.
+        requests = {"run": (1, 2), "messages": (0,), "add_message": (1,), "clear": (0,)}
+        kind, args = split_request(message, "Agent", {**requests, "info": (0,)})
         provider, conv = self.config.provider, self.config.conv
         self.last_call = time.monotonic()
         if kind == "run":

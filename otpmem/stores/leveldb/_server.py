@@ -26,13 +26,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...actors import NO_REPLY, GenServer, blocking, on_exit
+from ...actors import NO_REPLY, GenServer, blocking, is_tagged, on_exit
 from ...actors.faults import FaultPlan
 from ...messages import Conv, short_repr
 from ...supervisors import ChildSpec, SupervisorEvent
 from .._base import STORE_INTENSITY, STORE_PERIOD, StoreError, raise_write_crash
+from .._client import REQUESTS as STORE_REQUESTS
 from .._client import parse_request
-from .._longterm_client import LONGTERM_KINDS, parse_longterm
+from .._longterm_client import LONGTERM_KINDS
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
 from . import _longterm as lt
@@ -50,6 +51,8 @@ from ._open import (
 )
 
 __all__ = ["READY_TIMEOUT", "LevelDBStore", "LevelDBStoreHandle"]
+
+REQUESTS = {**STORE_REQUESTS, "flush": (0,)}  # every write queued so far is on disk
 
 
 class LevelDBStore(Appending, GenServer):
@@ -171,7 +174,7 @@ class LevelDBStore(Appending, GenServer):
 
     def handle_info(self, message: Any) -> Any:
         raise_write_crash(message)
-        if isinstance(message, tuple) and message and message[0] == "write_failed":
+        if is_tagged(message, "write_failed", 2):
             self.keep_open = False
             raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
         return super().handle_info(message)
@@ -188,10 +191,10 @@ class LevelDBStore(Appending, GenServer):
                 self.writes_here = not self.closed
 
     def handle_call(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
+        kind, arg = parse_request(message, "LevelDBStore", REQUESTS)
+        if kind in LONGTERM_KINDS:
             with self._adds_paused():
-                return self._longterm(*parse_longterm(message, "LevelDBStore"))
-        kind, arg = parse_request(message, "LevelDBStore")
+                return self._longterm(kind, arg)
         if kind == "add":
             staged: Staged = {}
             with self.write_lock:
@@ -219,10 +222,9 @@ class LevelDBStore(Appending, GenServer):
                 # is cached by now, and its cached count must go with it.
                 owned = [c for c in self.convs if c.user_id == arg]
                 return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
-        if kind == "flush":
-            blocking(self.committer.flush)
-            return None
-        raise ValueError(f"LevelDBStore does not understand {short_repr(message)}")
+        # "flush", the only other request parse_request lets through.
+        blocking(self.committer.flush)
+        return None
 
     def _longterm(self, kind: str, arg: Any) -> Any:
         # Facts are read, then written: everything queued must be on disk before the read.

@@ -82,7 +82,12 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
         """An add or an import runs here, on this thread, under the store's write lock (no
         mailbox round trip); anything else, and any write to a store with an injected
         fault plan (whose faults ride on messages), is a call."""
-        if type(message) is tuple and message and message[0] in WRITES_HERE:
+        if (
+            type(message) is tuple
+            and message
+            and type(message[0]) is str
+            and (message[0] in WRITES_HERE)
+        ):
             writer = self._writer()
             if writer is not None:
                 process, server = writer
@@ -134,7 +139,7 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
             entry = mapping.get(conv)
             if entry is None and kind is Conv and conv[0] is None:
                 entry = mapping.get(conv[1])  # a conversation of no user is keyed by its id
-        except TypeError:  # unhashable: not a conversation
+        except Exception:  # unhashable, or its own __hash__ or __eq__ raised: no key of ours
             entry = None
         if entry is not None and (kind is str or kind is Conv):
             messages, n = entry.messages, entry.count

@@ -37,11 +37,12 @@ from ...actors import (
 )
 from ...actors.faults import FaultPlan
 from ...actors.runtime import Process
-from ...messages import Conv, is_pinned, is_summary, short_repr
+from ...messages import Conv, is_pinned, is_summary
 from ...supervisors import ChildSpec, Supervisor, SupervisorEvent
 from .._base import KEYS_KEPT, STORE_INTENSITY, STORE_PERIOD, crash_server, raise_write_crash
+from .._client import REQUESTS as STORE_REQUESTS
 from .._client import parse_request
-from .._longterm_client import LONGTERM_KINDS, parse_longterm
+from .._longterm_client import LONGTERM_KINDS
 from .._write_rules import CALLER_ERRORS, NO_KEYS, admits
 from . import _longterm as lt
 from ._handle import WRITES_HERE, MemoryStoreHandle
@@ -49,6 +50,7 @@ from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
 
 CLOSE_TIMEOUT = 1.0  # how long an exiting store waits for a caller's write in progress
+REQUESTS = {**STORE_REQUESTS, "adopted": (0,)}  # whether its table came from an heir
 
 
 class MemoryStore(GenServer):
@@ -173,9 +175,9 @@ class MemoryStore(GenServer):
             return self._handle_call(message)
 
     def _handle_call(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
-            return self._longterm(*parse_longterm(message, "MemoryStore"))
-        kind, arg = parse_request(message, "MemoryStore")
+        kind, arg = parse_request(message, "MemoryStore", REQUESTS)
+        if kind in LONGTERM_KINDS:
+            return self._longterm(kind, arg)
         if kind in WRITES_HERE:
             self._add_or_import(kind, arg)
         elif kind == "clear":
@@ -191,10 +193,8 @@ class MemoryStore(GenServer):
             records = lt.user_records(arg, convs)
             # One step: the index, the conversations and the records go together.
             self.table.update(lt.forget_puts(rows, arg), [UserKey(arg), *convs, *records])
-        elif kind == "adopted":
+        else:  # "adopted", the only other request parse_request lets through
             return self.adopted
-        else:
-            raise ValueError(f"MemoryStore does not understand {short_repr(message)}")
         return None
 
     def _add_or_import(self, kind: str, arg: Any) -> None:

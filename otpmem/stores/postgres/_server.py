@@ -46,7 +46,7 @@ from .._base import (
     StoreUnavailable,
 )
 from .._client import StoreClient, parse_request
-from .._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from .._longterm_client import LONGTERM_KINDS, LongTermClient
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
 from ._commit import Committing, FencedAdd, FenceOf, refused
@@ -149,7 +149,12 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
     def call(self, message: Any, timeout: float | None = 5.0) -> Any:
         """A store request runs here, on this thread, as one transaction; anything else is
         a call to the server."""
-        if isinstance(message, tuple) and message and message[0] in WRITES:
+        if (
+            type(message) is tuple
+            and message
+            and type(message[0]) is str
+            and (message[0] in WRITES)
+        ):
             server = self._server()
             return blocking(server.perform, message, self._target())
         return super().call(message, timeout)
@@ -311,9 +316,8 @@ class PostgresStore(Committing, GenServer):
         on_exit(self.pool.close)
 
     def handle_call(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] in WRITES:
-            return blocking(self.perform, message, self.handle)
-        raise ValueError(f"PostgresStore does not understand {short_repr(message)}")
+        # perform's first step is the door (parse_request): garbage never reaches the pool.
+        return blocking(self.perform, message, self.handle)
 
     def perform(self, message: tuple[Any, ...], owner: object) -> Any:
         """Run one store request as one transaction, on the calling thread (an add joins
@@ -325,8 +329,8 @@ class PostgresStore(Committing, GenServer):
             return self._in_transaction(conn, lambda: work(cur, *args))
 
     def _work(self, message: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        if message[0] in LONGTERM_KINDS:
-            kind, arg = parse_longterm(message, "PostgresStore")
+        kind, arg = parse_request(message, "PostgresStore")
+        if kind in LONGTERM_KINDS:
             work: dict[str, Callable[..., Any]] = {
                 "save_facts": self.writes.save_facts,
                 "save_profile": self.writes.save_profile,
@@ -334,7 +338,6 @@ class PostgresStore(Committing, GenServer):
                 "request_extraction": self.writes.request_extraction,
             }
             return work[kind], arg if isinstance(arg, tuple) else (arg,)
-        kind, arg = parse_request(message, "PostgresStore")
         if kind == "add":
             return self.writes.append, arg
         if kind == "import":
