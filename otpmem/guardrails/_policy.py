@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -134,12 +134,23 @@ def check_store(store: object) -> UsageReader:
 
 def check_guardrails(request: Request, policies: Sequence[Policy], store: UsageReader) -> Request:
     """Run every policy in order (each sees the request the one before returned); return
-    the request to send, or raise the first ``PolicyViolation``."""
+    the request to send, or raise the first ``PolicyViolation``. Nothing is held: see
+    ``admit`` for the check that holds under concurrency."""
     if not policies:
         return request
+    return run_policies(request, policies, store)
+
+
+Run = Callable[[Policy, Request, UsageReader], Request]
+
+
+def run_policies(
+    request: Request, policies: Sequence[Policy], store: UsageReader, run: Run | None = None
+) -> Request:
+    """Each policy in order over one view of the store, by ``run`` (default: its check)."""
     reads = _Reads(store)
     for policy in policies:
-        checked = policy.check(request, reads)
+        checked = policy.check(request, reads) if run is None else run(policy, request, reads)
         if not isinstance(checked, Request):
             raise TypeError(f"policy {policy!r} returned {short_repr(checked)}, not a Request")
         request = checked

@@ -11,6 +11,7 @@ from ...actors.runtime import Process, lookup
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from .._base import StoredWindow, check_key, check_last
 from .._client import CheckedAdd, StoreClient, parse_request
+from .._holds import ReservationClient
 from .._longterm_client import LongTermClient
 from . import _longterm as lt
 from ._snapshot import Snapshot, TableKey, table_key
@@ -23,9 +24,9 @@ READY_TIMEOUT = 5.0
 WRITES_HERE = frozenset({"add", "import"})
 
 
-class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
-    """The ``ChatMemory`` (and ``LongTermStore``) face of a MemoryStore: writes are calls,
-    reads are direct."""
+class MemoryStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.TableReads, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
+    MemoryStore: writes are calls, reads are direct."""
 
     __slots__ = ("_fast", "_last_table", "_own")
 

@@ -41,9 +41,11 @@ from .._base import (
     StoreUnavailable,
 )
 from .._client import StoreClient, parse_request
+from .._holds import ReservationClient
 from .._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
+from ..reservations import RESERVATION_KINDS, abandoned_hold, parse_reservation
 from ._commit import (
     CONNECT_TIMEOUT,
     IDLE_IN_TRANSACTION_MS,
@@ -55,6 +57,7 @@ from ._commit import (
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dsn
 from ._group_commit import GroupCommit
+from ._holds import Holds, ensure_holds
 from ._leases import ensure_leases
 from ._reads import PostgresReads, compose
 from ._schema import check_namespace, ensure_schema
@@ -64,7 +67,9 @@ logger = logging.getLogger("otpmem.stores")
 
 READY_TIMEOUT = 30.0
 GROUP_MAX = 64  # adds committed in one transaction at most
-WRITES = frozenset({"add", "import", "clear", "forget_user", *LONGTERM_KINDS})
+WRITES = frozenset(
+    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS}
+)
 
 
 def _psycopg() -> Any:
@@ -124,8 +129,9 @@ def schema_exists(dsn: str, namespace: str) -> bool:
     return bool(row and row[0])
 
 
-class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
-    """The ``ChatMemory`` (and ``LongTermStore``) face of a PostgresStore."""
+class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, ReservationClient, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
+    PostgresStore."""
 
     __slots__ = ()
 
@@ -264,6 +270,7 @@ class PostgresStore(Committing, GenServer):
             blocking(self.pool.open, True, CONNECT_TIMEOUT)
             with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
                 blocking(ensure_schema, conn, namespace)
+                blocking(ensure_holds, conn, namespace)
                 if fence is not None:
                     blocking(ensure_leases, conn, namespace)
         except self._psycopg_errors as exc:
@@ -281,6 +288,7 @@ class PostgresStore(Committing, GenServer):
         self.namespace = namespace
         self.fence = fence
         self.writes = Writes(namespace)
+        self.holds = Holds(namespace)
         self.reads = compose(namespace)
         self._pool_closed = pool_module.PoolClosed
         self._rollback = psycopg.errors.TransactionRollback
@@ -292,6 +300,13 @@ class PostgresStore(Committing, GenServer):
         on_exit(self.pool.close)
 
     def handle_info(self, message: Any) -> Any:
+        abandoned = abandoned_hold(message)
+        if abandoned is not None:
+            try:
+                blocking(self.perform, ("release", abandoned), self.handle)
+            except Exception as exc:  # never worth a restart: the hold expires instead
+                logger.warning("could not drop the abandoned hold %s: %s", abandoned, exc)
+            return None
         if isinstance(message, tuple) and message and message[0] == "connection_lost":
             raise StoreUnavailable(f"lost PostgreSQL at {redact(self.dsn)}: {message[1]}")
         return super().handle_info(message)
@@ -320,6 +335,11 @@ class PostgresStore(Committing, GenServer):
                 "request_extraction": self.writes.request_extraction,
             }
             return work[kind], arg if isinstance(arg, tuple) else (arg,)
+        if message[0] in RESERVATION_KINDS:
+            kind, arg = parse_reservation(message, "PostgresStore")
+            if kind == "release":
+                return self.holds.release, (arg,)
+            return self.holds.reserve, arg
         kind, arg = parse_request(message, "PostgresStore")
         if kind == "add":
             return self.writes.append, arg
