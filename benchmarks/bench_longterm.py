@@ -12,6 +12,9 @@ up to 2x between periods, perf_anchors.md): compare the paired ratios, never one
    user TokenBudget and a user CostBudget, one usage read between them) against a plain
    turn, and each part alone: ``Agent.run`` on a MemoryStore with ``DefaultProvider(window=
    20)``, a ScriptedModel answering "ok". Goal: LTM + two guardrails <= 1.2 x plain.
+   The guardrails reserve (one store request before each model call, one release after):
+   the same two over a face of the store that cannot reserve (checked, nothing held) is the
+   unreserved path, reported beside them as reserved/unreserved.
 """
 
 from __future__ import annotations
@@ -137,6 +140,18 @@ def bench_stores(quick: bool) -> list[str]:
     return lines
 
 
+class CheckedOnly:
+    """A store's face without reservations: its guardrails check and hold nothing."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("reserve", "release", "abandon"):
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
 def bench_turns(quick: bool) -> list[str]:
     """A plain turn against turns with injection, guardrails, and both."""
     calls, chunks, repeats = (40, 4, 3) if quick else (100, 10, 5)
@@ -151,11 +166,13 @@ def bench_turns(quick: bool) -> list[str]:
             "plain": {},
             "ltm": {"long_term_memory": ltm},
             "guards": {"guardrails": budgets},
+            "checked": {"guardrails": budgets},
             "both": {"long_term_memory": ltm, "guardrails": budgets},
         }.items():
             user_id = f"user-{name}"
             seed_facts(store, user_id)
-            agent = Agent.start_link(llm=model, memory=DefaultProvider(store, window=WINDOW),
+            face = CheckedOnly(store) if name == "checked" else store
+            agent = Agent.start_link(llm=model, memory=DefaultProvider(face, window=WINDOW),
                                      user_id=user_id, conversation_id=name, **options)  # fmt: skip
             running.callback(agent.stop)
             agents[name] = agent
@@ -174,7 +191,8 @@ def bench_turns(quick: bool) -> list[str]:
         f"{us(times['both'])} vs plain turn {us(times['plain'])}: both/plain = "
         f"{ratio_summary(both)} (goal <= {GOAL}x: {verdict(ok)}) | injection alone "
         f"{ratio_summary(paired(times, 'ltm', 'plain'))} | two guardrails alone "
-        f"{ratio_summary(paired(times, 'guards', 'plain'))} (Agent.run, DefaultProvider("
+        f"{ratio_summary(paired(times, 'guards', 'plain'))}, reserved/unreserved "
+        f"{ratio_summary(paired(times, 'guards', 'checked'))} (Agent.run, DefaultProvider("
         f"MemoryStore, window={WINDOW}), ScriptedModel; paired per repeat, median [min..max] "
         f"of {repeats} repeats, each the median of {chunks} rotated chunks of {calls})"
     ]

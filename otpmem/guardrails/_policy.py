@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast, runtime_checkable
 
+from ..memory import TokenCounter, count_all
 from ..messages import Conv, ConvLike, as_conv, short_repr
 from ..protocols import conforms
 from ..stores import Usage
@@ -79,13 +80,23 @@ class Policy(Protocol):
 
 class _Reads:
     """One check's view of the store: a usage read twice (two budgets of one scope) is
-    read once, so two guardrails cost one lookup, not two."""
+    read once, so two guardrails cost one lookup, not two; so are the tokens of one list
+    of messages counted twice by one counter."""
 
-    __slots__ = ("_seen", "store")
+    __slots__ = ("_counted", "_seen", "store")
 
     def __init__(self, store: UsageReader) -> None:
         self.store = store
         self._seen: dict[tuple[Any, ...], Usage] = {}
+        self._counted: dict[tuple[int, int], tuple[object, int]] = {}
+
+    def count(self, counter: TokenCounter, messages: Sequence[Mapping[str, Any]]) -> int:
+        """``count_all(counter, messages)``, counted once per check."""
+        key = (id(counter), id(messages))
+        found = self._counted.get(key)
+        if found is None or found[0] is not messages:
+            found = self._counted[key] = (messages, count_all(counter, messages))
+        return found[1]
 
     def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
         """The conversation's recorded usage (read once per check)."""
@@ -102,6 +113,15 @@ class _Reads:
         if found is None:
             found = self._seen[key] = self.store.user_usage(user_id, since)
         return found
+
+
+def counted(
+    store: UsageReader, counter: TokenCounter, messages: Sequence[Mapping[str, Any]]
+) -> int:
+    """The tokens of ``messages``; counted once per check when ``store`` is its view."""
+    if isinstance(store, _Reads):
+        return store.count(counter, messages)
+    return count_all(counter, messages)
 
 
 def check_policies(policies: Iterable[object]) -> tuple[Policy, ...]:

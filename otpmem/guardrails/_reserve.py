@@ -22,7 +22,9 @@ at a time, and concurrent turns of one scope may each pass.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -43,6 +45,23 @@ logger = logging.getLogger("otpmem.guardrails")
 FIRST_PAUSE = 0.002
 MAX_PAUSE = 0.05
 """How a call waiting for the holds of others polls: after 2 ms, doubling, at most 50 ms."""
+
+
+def _new_prefix() -> None:
+    global _prefix
+    _prefix = uuid.uuid4().hex
+
+
+_prefix = ""
+_new_prefix()
+os.register_at_fork(after_in_child=_new_prefix)  # a forked child draws its own
+_serial = itertools.count()
+
+
+def hold_id() -> str:
+    """A new hold id, unique across processes and nodes: this process's random prefix and a
+    count (a uuid4 per call costs ten times more)."""
+    return f"{_prefix[:24]}.{next(_serial)}"
 
 
 @dataclass(frozen=True)
@@ -143,7 +162,9 @@ def admit(request: Request, policies: Sequence[Policy], store: UsageReader) -> A
     wait for other calls' holds); a store that cannot reserve checks them instead."""
     if not policies:
         return Admitted(request)
-    holds = store if request.conv is not None and conforms(store, ReservationStore) else None
+    conv = request.conv
+    reservable = conv is not None and request.user_id == conv.user_id
+    holds = store if reservable and conforms(store, ReservationStore) else None
     if holds is None:
         return Admitted(run_policies(request, policies, store))
     claims: list[Claim] = []
@@ -173,7 +194,7 @@ def reserve(store: ReservationStore, conv: Conv, claims: Sequence[Claim]) -> Hel
     limits = [c.limit for c in claims]
     ttl = max(c.hold_s for c in claims)
     deadline = time.monotonic() + max(c.wait_s for c in claims)
-    held = Held(store, uuid.uuid4().hex)
+    held = Held(store, hold_id())
     pause = FIRST_PAUSE
     try:
         while True:

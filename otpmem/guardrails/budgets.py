@@ -36,7 +36,7 @@ from ..llm.pricing import as_price
 from ..memory import DEFAULT_COUNTER, TokenCounter, count_all
 from ..messages import short_repr
 from ..stores import Hold, Limit, Reservation, Usage
-from ._policy import PolicyViolation, Request, UsageReader
+from ._policy import PolicyViolation, Request, UsageReader, counted
 from ._reserve import Claim
 
 SCOPES = ("conversation", "user", "time_window")
@@ -151,10 +151,8 @@ class _Scoped:
             return "conversation", since
         raise self.refuse("the request names no user and no conversation", {"scope": self.scope})
 
-    def call_tokens(self, request: Request, sent: int | None = None) -> int:
+    def call_tokens(self, request: Request, sent: int) -> int:
         """The tokens a call is expected to take: what it sends, and its answer."""
-        if sent is None:
-            sent = count_all(self.counter, request.messages)
         most = request.metadata.get("max_tokens")
         answer = most if type(most) is int and most >= 0 else self.answer_tokens
         return sent + answer
@@ -238,7 +236,7 @@ class TokenBudget(_Scoped):
     def claim(self, request: Request, store: UsageReader) -> Claim:
         """The limit a reservation checks for this budget, and the tokens it holds."""
         scope, since = self.limit_scope(request)
-        sent = count_all(self.counter, request.messages)
+        sent = counted(store, self.counter, request.messages)
         own = sent if self.mode == "estimated" else 0
         hold = Hold(self.call_tokens(request, sent))
         return Claim(self, Limit(scope, "tokens", self.max, own, since), hold, self.hold_s,
@@ -310,7 +308,7 @@ class CostBudget(_Scoped):
         call's tokens at the scope's recorded price, unknown while nothing is recorded."""
         scope, since = self.limit_scope(request)
         recorded = self.recorded(request, store)
-        tokens = self.call_tokens(request)
+        tokens = self.call_tokens(request, counted(store, self.counter, request.messages))
         cost = None
         if recorded.total_tokens > 0:
             cost = recorded.cost * tokens / recorded.total_tokens

@@ -2,10 +2,11 @@
 servers keep (``Ledger``), and the handles' side (``ReservationClient``, PostgresStore's
 handle too). See ``reservations`` for the contract.
 
-The ledger is only ever changed by its store's server, one request at a time, so a
-reservation's check and its hold are one step; it lives where the store's data lives in
-the Python process (MemoryStore's table, a registry per LevelDB directory), so a crashed
-and restarted server keeps the holds of the calls in flight.
+A ledger is changed one request at a time, so a reservation's check and its hold are one
+step: under MemoryStore's write lock (on the callers' threads, as its adds), by
+LevelDBStore's server. It lives where the store's data lives in the Python process
+(MemoryStore's table, a registry per LevelDB directory), so a crashed and restarted
+server keeps the holds of the calls in flight.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .reservations import (
     Hold,
     Limit,
     Reservation,
+    ReserveArgs,
     check_hold_id,
     check_reserve,
     held_in,
@@ -51,8 +53,8 @@ class Ledger:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        # Only its store's server changes it; the lock is for a zombie incarnation's last
-        # request meeting its successor's first.
+        # Its store takes requests one at a time; this lock is for a zombie incarnation's
+        # last request meeting its successor's first.
         self._lock = threading.Lock()
         self._holds: dict[str, _Entry] = {}
         self._owners: dict[Any, dict[str, _Entry]] = {}
@@ -68,9 +70,10 @@ class Ledger:
         recorded: Recorded,
     ) -> Reservation:
         """Check every limit against ``recorded`` plus the unexpired holds in its scope, and
-        take the hold if all pass (one of the same id is replaced first). The caller, the
-        store's server, takes one request at a time: that makes the reads and the hold one
-        step (``recorded`` may wait on the blocking pool, so it is read outside the lock)."""
+        take the hold if all pass (one of the same id is replaced first). Its caller makes
+        one request at a time (the write lock, or the server): that makes the reads and
+        the hold one step (``recorded`` may wait on the blocking pool, so it is read
+        outside the ledger's own lock)."""
         spent = [measure(recorded(conv, limit), limit.measure) for limit in limits]
         with self._lock:
             now = self._clock()
@@ -126,6 +129,11 @@ class Ledger:
             entry = self._holds.get(hold_id)
             if entry is not None and entry.expires == expires:
                 self._drop(hold_id)
+        if len(expiries) > 2 * len(self._holds) + 64:
+            # Released holds leave their expiries behind: rebuild from the live ones, so
+            # the heap stays the size of the calls in flight (amortised O(1) a request).
+            self._expiries = [(e.expires, i) for i, e in self._holds.items()]
+            heapq.heapify(self._expiries)
 
 
 def _owner(conv: Conv) -> Any:
@@ -170,13 +178,19 @@ class ReservationClient:
     ) -> Reservation:
         """Check ``limits`` and take the hold ``hold_id`` as one step (see
         ``otpmem.stores.reservations``); a refusal is an answer, not an error."""
-        checked = check_reserve((conv, hold_id, hold, limits, ttl))
-        answer: Reservation = self.call(("reserve", *checked), timeout)
-        return answer
+        return self._reserve_checked(check_reserve((conv, hold_id, hold, limits, ttl)), timeout)
 
     def release(self, hold_id: str, timeout: float | None = RESERVE_TIMEOUT) -> bool:
         """Drop the hold; False if it was gone (released, expired, forgotten)."""
-        released: bool = self.call(("release", check_hold_id(hold_id)), timeout)
+        return self._release_checked(check_hold_id(hold_id), timeout)
+
+    def _reserve_checked(self, checked: ReserveArgs, timeout: float | None) -> Reservation:
+        # A store that can take a checked reservation without a call overrides this.
+        answer: Reservation = self.call(("reserve", *checked), timeout)
+        return answer
+
+    def _release_checked(self, hold_id: str, timeout: float | None) -> bool:
+        released: bool = self.call(("release", hold_id), timeout)
         return released
 
     def abandon(self, hold_id: str) -> None:

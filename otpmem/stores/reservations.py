@@ -12,11 +12,11 @@ A reservation is one atomic check-and-hold in the store::
 Every limit is checked against what the store has recorded in its scope (``usage`` or
 ``user_usage``, ``since`` a time for a window) plus what the unexpired holds of calls in
 that scope hold: a conversation's limit counts its own calls' holds, a user's limit those
-of all the user's conversations. The store is the lock: MemoryStore's and LevelDBStore's
-servers take reservations one at a time, PostgresStore under a transaction-scoped advisory
-lock per user, on every node. A hold expires after ``ttl`` s, so a turn that died without
-releasing it frees its budget then; ``abandon`` is the release a dying process sends, which
-never blocks and never raises.
+of all the user's conversations. The store is the lock: MemoryStore takes reservations one
+at a time under its write lock, LevelDBStore in its server, PostgresStore under a
+transaction-scoped advisory lock per user, on every node. A hold expires after ``ttl`` s,
+so a turn that died without releasing it frees its budget then; ``abandon`` is the release
+a dying process sends, which never blocks and never raises.
 
 A hold whose ``cost`` is None is a call of unknown cost (nothing recorded yet to estimate it
 from): while it is in flight, every cost limit that counts it refuses, so the first call of
@@ -131,14 +131,15 @@ def _amount(value: object, what: str, measure_name: str) -> Amount:
         return value
     if isinstance(value, bool) or not isinstance(value, Decimal | int):
         raise ValueError(f"{what} of cost must be a Decimal >= 0, got {short_repr(value)}")
-    amount = Decimal(value)
+    amount = value if type(value) is Decimal else Decimal(value)
     if not amount.is_finite() or amount < 0:
         raise ValueError(f"{what} of cost must be a finite Decimal >= 0, got {short_repr(value)}")
     return amount
 
 
 def check_limit(limit: object, conv: Conv) -> Limit:
-    """A Limit whose scope, measure and amounts are valid for a call in ``conv``."""
+    """A Limit whose scope, measure and amounts are valid for a call in ``conv`` (the same
+    one when it is valid as it is: what budgets build)."""
     if not isinstance(limit, Limit):
         raise TypeError(f"reserve takes a list of Limit, got {short_repr(limit)}")
     if limit.scope not in HOLD_SCOPES:
@@ -147,13 +148,12 @@ def check_limit(limit: object, conv: Conv) -> Limit:
         raise ValueError(f"a limit of scope 'user' needs a conversation of a user, got {conv}")
     if limit.measure not in MEASURES:
         raise ValueError(f"a limit's measure is 'tokens' or 'cost', got {limit.measure!r}")
-    return Limit(
-        limit.scope,
-        limit.measure,
-        _amount(limit.max, "a limit's max", limit.measure),
-        _amount(limit.own, "a limit's own", limit.measure),
-        check_since(limit.since),
-    )
+    most = _amount(limit.max, "a limit's max", limit.measure)
+    own = _amount(limit.own, "a limit's own", limit.measure)
+    since = check_since(limit.since)
+    if most is limit.max and own is limit.own and since is limit.since:
+        return limit
+    return Limit(limit.scope, limit.measure, most, own, since)
 
 
 def check_hold(hold: object) -> Hold:
@@ -162,7 +162,9 @@ def check_hold(hold: object) -> Hold:
         raise TypeError(f"reserve takes a Hold, got {short_repr(hold)}")
     tokens = _amount(hold.tokens, "a hold", "tokens")
     cost = None if hold.cost is None else _amount(hold.cost, "a hold", "cost")
-    assert isinstance(tokens, int) and (cost is None or isinstance(cost, Decimal))
+    if cost is hold.cost:
+        return hold
+    assert isinstance(tokens, int) and isinstance(cost, Decimal)
     return Hold(tokens, cost)
 
 

@@ -13,6 +13,7 @@ from .._base import StoredWindow, check_key, check_last
 from .._client import CheckedAdd, StoreClient, parse_request
 from .._holds import ReservationClient
 from .._longterm_client import LongTermClient
+from ..reservations import Reservation, ReserveArgs
 from . import _longterm as lt
 from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey
@@ -81,8 +82,9 @@ class MemoryStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.Table
 
     def call(self, message: Any, timeout: float | None = 5.0) -> Any:
         """An add or an import runs here, on this thread, under the store's write lock (no
-        mailbox round trip); anything else, and any write to a store with an injected
-        fault plan (whose faults ride on messages), is a call."""
+        mailbox round trip), as do ``reserve`` and ``release`` made with their methods;
+        anything else, and any write to a store with an injected fault plan (whose faults
+        ride on messages), is a call."""
         if type(message) is tuple and message and message[0] in WRITES_HERE:
             writer = self._writer()
             if writer is not None:
@@ -99,6 +101,22 @@ class MemoryStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.Table
             return
         process, server = writer
         server.write_here(process, "add", add, self._target())
+
+    def _reserve_checked(self, checked: ReserveArgs, timeout: float | None) -> Reservation:
+        writer = self._writer()
+        if writer is None:
+            return super()._reserve_checked(checked, timeout)
+        process, server = writer
+        answer: Reservation = server.hold_here(process, "reserve", checked, self._target())
+        return answer
+
+    def _release_checked(self, hold_id: str, timeout: float | None) -> bool:
+        writer = self._writer()
+        if writer is None:
+            return super()._release_checked(hold_id, timeout)
+        process, server = writer
+        released: bool = server.hold_here(process, "release", hold_id, self._target())
+        return released
 
     def _writer(self) -> tuple[Process, MemoryStore] | None:
         """The store to write on this thread, ready; None if writes must be calls: its

@@ -174,11 +174,26 @@ class MemoryStore(GenServer):
                 # What would have crashed the server crashes it still: let it restart.
                 raise crash_server(process, target, exc) from exc
 
+    def hold_here(self, process: Process, kind: str, arg: Any, target: object) -> Any:
+        """Run a checked ``reserve`` or ``release`` on the calling thread, under the write
+        lock every reservation takes: the check and the hold are one step."""
+        with self.write_lock:
+            if not self.writes_open or process.killed or process.dead:
+                raise NoProcess(target)
+            return self._hold(kind, arg)
+
+    def _hold(self, kind: str, arg: Any) -> Any:
+        if kind == "release":
+            return self.holds.release(arg)
+        conv, hold_id, hold, limits, ttl = arg
+        return self.holds.reserve(conv, hold_id, hold, limits, ttl, self._recorded)
+
     def handle_info(self, message: Any) -> Any:
         raise_write_crash(message)
         abandoned = abandoned_hold(message)
         if abandoned is not None:
-            self.holds.release(abandoned)
+            with self.write_lock:
+                self.holds.release(abandoned)
             return None
         return super().handle_info(message)
 
@@ -190,11 +205,7 @@ class MemoryStore(GenServer):
         if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
             return self._longterm(*parse_longterm(message, "MemoryStore"))
         if isinstance(message, tuple) and message and message[0] in RESERVATION_KINDS:
-            kind, arg = parse_reservation(message, "MemoryStore")
-            if kind == "release":
-                return self.holds.release(arg)
-            conv, hold_id, hold, limits, ttl = arg
-            return self.holds.reserve(conv, hold_id, hold, limits, ttl, self._recorded)
+            return self._hold(*parse_reservation(message, "MemoryStore"))
         kind, arg = parse_request(message, "MemoryStore")
         if kind in WRITES_HERE:
             self._add_or_import(kind, arg)
