@@ -13,7 +13,7 @@ up to 2x between periods, perf_anchors.md): compare the paired ratios, never one
    turn, and each part alone: ``Agent.run`` on a MemoryStore with ``DefaultProvider(window=
    20)``, a ScriptedModel answering "ok". Goal: LTM + two guardrails <= 1.2 x plain.
    The guardrails reserve (one store request before each model call, one release after):
-   the same two over a face of the store that cannot reserve (checked, nothing held) is the
+   the same two as policies that only check (nothing held, as before reservations) are the
    unreserved path, reported beside them as reserved/unreserved.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 from _common import ratio_summary, rotated, verdict
 
 from otpmem.agents import Agent
-from otpmem.guardrails import CostBudget, TokenBudget
+from otpmem.guardrails import CostBudget, Request, TokenBudget, UsageReader
 from otpmem.llm import ScriptedModel
 from otpmem.memory import DefaultProvider, LongTermMemory
 from otpmem.messages import Conv
@@ -141,15 +141,15 @@ def bench_stores(quick: bool) -> list[str]:
 
 
 class CheckedOnly:
-    """A store's face without reservations: its guardrails check and hold nothing."""
+    """A budget as a policy that only checks: the unreserved path (nothing held)."""
 
-    def __init__(self, store: Any) -> None:
-        self._store = store
+    def __init__(self, budget: Any) -> None:
+        self.budget = budget
 
-    def __getattr__(self, name: str) -> Any:
-        if name in ("reserve", "release", "abandon"):
-            raise AttributeError(name)
-        return getattr(self._store, name)
+    def check(self, request: Request, store: UsageReader) -> Request:
+        """The budget's check."""
+        checked: Request = self.budget.check(request, store)
+        return checked
 
 
 def bench_turns(quick: bool) -> list[str]:
@@ -166,13 +166,12 @@ def bench_turns(quick: bool) -> list[str]:
             "plain": {},
             "ltm": {"long_term_memory": ltm},
             "guards": {"guardrails": budgets},
-            "checked": {"guardrails": budgets},
+            "checked": {"guardrails": [CheckedOnly(b) for b in budgets]},
             "both": {"long_term_memory": ltm, "guardrails": budgets},
         }.items():
             user_id = f"user-{name}"
             seed_facts(store, user_id)
-            face = CheckedOnly(store) if name == "checked" else store
-            agent = Agent.start_link(llm=model, memory=DefaultProvider(face, window=WINDOW),
+            agent = Agent.start_link(llm=model, memory=DefaultProvider(store, window=WINDOW),
                                      user_id=user_id, conversation_id=name, **options)  # fmt: skip
             running.callback(agent.stop)
             agents[name] = agent

@@ -17,6 +17,7 @@ import pytest
 
 from otpmem.actors import faults
 from otpmem.agents import Agent, AgentHandle, TurnFailed
+from otpmem.frozen import FrozenDict
 from otpmem.guardrails import CostBudget, PolicyViolation, TokenBudget
 from otpmem.kernel import Context, Kernel, guardrails_filter, memory_filter
 from otpmem.llm import ChatResponse, ModelError, ScriptedModel, tool_call
@@ -334,3 +335,24 @@ def test_bad_hold_settings_are_refused_at_construction() -> None:
         CostBudget("1", hold_s=float("inf"))
     with pytest.raises(TypeError, match="counter must be a TokenCounter"):
         CostBudget("1", counter=42)  # type: ignore[arg-type]
+
+
+def test_a_conversation_s_stored_messages_are_counted_once_not_at_every_call() -> None:
+    seen: list[Mapping[str, Any]] = []
+
+    class Spy(HeuristicCounter):
+        def count(self, message: Mapping[str, Any]) -> int:
+            seen.append(message)
+            return super().count(message)
+
+    store = MemoryStore.start_link()
+    agent = start(store, ScriptedModel(lambda messages: "ok"), [TokenBudget(10**9, counter=Spy())])
+    try:
+        for turn in range(5):
+            agent.run(f"turn {turn}")
+    finally:
+        agent.stop()
+        store.stop()
+    frozen = [m for m in seen if isinstance(m, FrozenDict)]
+    assert len(frozen) == len({id(m) for m in frozen}) == 8, "each stored message counted once"
+    assert len(seen) - len(frozen) == 5, "and each turn's new message once"

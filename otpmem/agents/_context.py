@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..guardrails import Held, Policy, Request, UsageReader, admit, check_policies
+from ..guardrails import Guardrails, Held, Policy, Request, UsageReader, check_policies
 from ..guardrails import check_store as check_usage_store
 from ..memory import BasicMemoryProvider, LongTermMemory, StoreProvider
 from ..messages import Conv, short_repr
@@ -25,6 +25,7 @@ class TurnContext:
 
     __slots__ = (
         "conv",
+        "guard",
         "held",
         "inject",
         "ltm",
@@ -52,6 +53,7 @@ class TurnContext:
         self.inject = ltm is not None and _own_ltm(provider) is None
         self.policies = tuple(policies)
         self.store = store
+        self.guard = None if store is None else Guardrails(self.policies, store)
         self.held: Held | None = None  # the hold of the call last built, until settled
 
     def build(self, history: Sequence[Mapping[str, Any]]) -> tuple[list[Any], str | None]:
@@ -65,17 +67,16 @@ class TurnContext:
             to_send = self.ltm.inject(to_send, self.conv.user_id)
         if not self.policies:
             return to_send, self.system_prompt
-        assert self.store is not None
+        assert self.guard is not None
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         request = Request([*head, *to_send], self.conv)
-        admitted = admit(request, self.policies, self.store)
+        admitted = self.guard.admit(request)
         self.held = admitted.held
         checked = admitted.request
         if checked is request:
             return to_send, self.system_prompt
         # A policy rewrote the messages: send exactly what it returned, prompt included.
         return list(checked.messages), None
-
 
     def settle(self) -> None:
         """Release the hold of the call last built: its answer is stored, or it failed."""

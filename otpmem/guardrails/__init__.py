@@ -20,7 +20,7 @@ from ._policy import (
     check_policies,
     check_store,
 )
-from ._reserve import Admitted, Budget, Claim, Held, admit
+from ._reserve import Admitted, Budget, Claim, Guardrails, Held, admit
 from .budgets import CostBudget, TokenBudget
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Budget",
     "Claim",
     "CostBudget",
+    "Guardrails",
     "Held",
     "Policy",
     "PolicyViolation",

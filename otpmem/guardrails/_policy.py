@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast, runtime_checkable
 
-from ..memory import TokenCounter, count_all
+from ..frozen import FrozenDict
+from ..memory import TokenCounter
 from ..messages import Conv, ConvLike, as_conv, short_repr
 from ..protocols import conforms
 from ..stores import Usage
@@ -95,7 +96,7 @@ class _Reads:
         key = (id(counter), id(messages))
         found = self._counted.get(key)
         if found is None or found[0] is not messages:
-            found = self._counted[key] = (messages, count_all(counter, messages))
+            found = self._counted[key] = (messages, count_messages(counter, messages))
         return found[1]
 
     def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
@@ -121,7 +122,30 @@ def counted(
     """The tokens of ``messages``; counted once per check when ``store`` is its view."""
     if isinstance(store, _Reads):
         return store.count(counter, messages)
-    return count_all(counter, messages)
+    return count_messages(counter, messages)
+
+
+MEMO_SIZE = 4096
+_memo: dict[tuple[int, int], tuple[object, object, int]] = {}
+
+
+def count_messages(counter: TokenCounter, messages: Iterable[Mapping[str, Any]]) -> int:
+    """``count_all``, remembering the count of every read-only message (a stored one, which
+    cannot change): a budget holding each call of a long conversation counts its history
+    once, not at every call (measured: most of what a hold cost a MemoryStore turn)."""
+    total = 0
+    for message in messages:
+        if not isinstance(message, FrozenDict):
+            total += counter.count(message)
+            continue
+        key = (id(counter), id(message))
+        hit = _memo.get(key)
+        if hit is None or hit[0] is not message or hit[1] is not counter:
+            if len(_memo) >= MEMO_SIZE:
+                _memo.clear()  # bounded: a cleared memo only counts again
+            hit = _memo[key] = (message, counter, counter.count(message))
+        total += hit[2]
+    return total
 
 
 def check_policies(policies: Iterable[object]) -> tuple[Policy, ...]:

@@ -15,8 +15,9 @@ exit drops it. Anything else (a plain thread that died, a node that vanished) le
 hold to expire after ``hold_s``.
 
 A store that cannot reserve (no ``reserve``/``release``/``abandon``, see
-``otpmem.stores.ReservationStore``) is checked as before: budgets then hold for one turn
-at a time, and concurrent turns of one scope may each pass.
+``otpmem.stores.ReservationStore``) is checked as before, the weaker guarantee: one turn
+after another still stops within the limit plus one call, but concurrent turns of one
+scope may each pass the same recorded sum.
 """
 
 from __future__ import annotations
@@ -156,30 +157,53 @@ class Admitted:
             held.release()
 
 
+class Guardrails:
+    """Policies over one store, sorted once: which are budgets, and whether the store can
+    hold them (a protocol check that fails costs microseconds: not one per model call)::
+
+        guard = Guardrails([TokenBudget(10_000, scope="user")], store)
+        admitted = guard.admit(Request.of(messages, conv))   # PolicyViolation, or passed
+        ...                                                   # the call, its answer stored
+        admitted.release()
+    """
+
+    __slots__ = ("budgets", "holds", "policies", "store")
+
+    def __init__(self, policies: Sequence[Policy], store: UsageReader) -> None:
+        self.policies = tuple(policies)
+        self.store = store
+        holds = store if conforms(store, ReservationStore) else None
+        self.holds: ReservationStore | None = holds  # type: ignore[assignment]
+        self.budgets = {id(p) for p in self.policies if holds is not None and conforms(p, Budget)}
+
+    def admit(self, request: Request) -> Admitted:
+        """Run every policy in order, as ``check_guardrails`` does, but reserve the budgets:
+        their limits are checked and the call's spend held in one store request (which may
+        wait for other calls' holds); a store that cannot reserve checks them instead."""
+        if not self.policies:
+            return Admitted(request)
+        conv = request.conv
+        if not self.budgets or conv is None or request.user_id != conv.user_id:
+            return Admitted(run_policies(request, self.policies, self.store))
+        claims: list[Claim] = []
+        budgets = self.budgets
+
+        def claim(policy: Policy, asked: Request, reads: UsageReader) -> Request:
+            if id(policy) in budgets:
+                claims.append(policy.claim(asked, reads))  # type: ignore[attr-defined]
+                return asked
+            return policy.check(asked, reads)
+
+        passed = run_policies(request, self.policies, self.store, claim)
+        if not claims:
+            return Admitted(passed)
+        assert passed.conv is not None and self.holds is not None
+        return Admitted(passed, reserve(self.holds, passed.conv, claims))
+
+
 def admit(request: Request, policies: Sequence[Policy], store: UsageReader) -> Admitted:
-    """Run every policy in order, as ``check_guardrails`` does, but reserve the budgets:
-    their limits are checked and the call's spend held in one store request (which may
-    wait for other calls' holds); a store that cannot reserve checks them instead."""
-    if not policies:
-        return Admitted(request)
-    conv = request.conv
-    reservable = conv is not None and request.user_id == conv.user_id
-    holds = store if reservable and conforms(store, ReservationStore) else None
-    if holds is None:
-        return Admitted(run_policies(request, policies, store))
-    claims: list[Claim] = []
-
-    def claim(policy: Policy, asked: Request, reads: UsageReader) -> Request:
-        if conforms(policy, Budget):
-            claims.append(policy.claim(asked, reads))  # type: ignore[attr-defined]
-            return asked
-        return policy.check(asked, reads)
-
-    passed = run_policies(request, policies, store, claim)
-    if not claims:
-        return Admitted(passed)
-    assert passed.conv is not None
-    return Admitted(passed, reserve(holds, passed.conv, claims))  # type: ignore[arg-type]
+    """``Guardrails(policies, store).admit(request)``: check, and hold the budgets."""
+    return Guardrails(policies, store).admit(request)
 
 
 def reserve(store: ReservationStore, conv: Conv, claims: Sequence[Claim]) -> Held:
@@ -215,4 +239,4 @@ def reserve(store: ReservationStore, conv: Conv, claims: Sequence[Claim]) -> Hel
         raise
 
 
-__all__ = ["Admitted", "Budget", "Claim", "Held", "admit", "reserve"]
+__all__ = ["Admitted", "Budget", "Claim", "Guardrails", "Held", "admit", "reserve"]

@@ -159,9 +159,10 @@ class _Scoped:
 
     def in_flight(self, claim: Claim, answer: Reservation) -> str:
         """What holds of other calls kept a refused call out, in words."""
+        waited = f"(waited {claim.wait_s:g} s)"
         if answer.held is None:
-            return "a call of unknown cost is in flight"
-        return f"{answer.held} of it held by calls in flight (waited {claim.wait_s:g} s)"
+            return f"and a call of unknown cost is in flight {waited}"
+        return f"{answer.held} of it held by calls in flight {waited}"
 
     def refuse(self, why: str, metadata: dict[str, Any]) -> PolicyViolation:
         """A fail-closed violation: the budget cannot tell whose spend to count."""

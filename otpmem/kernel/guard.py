@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..guardrails import Request, admit, check_policies, check_store
+from ..guardrails import Guardrails, Request, check_policies, check_store
 from ..llm import ChatResponse
 from .filters import ChatNext, ChatRequest, Context, Filter
 
@@ -26,12 +26,11 @@ from .filters import ChatNext, ChatRequest, Context, Filter
 def guardrails_filter(policies: Iterable[Any], store: Any) -> Filter:
     """A filter that checks ``policies`` against ``store``'s recorded usage before every
     model call (put it first)."""
-    checked = check_policies(policies)
-    usage = check_store(store)
+    guard = Guardrails(check_policies(policies), check_store(store))
 
     def full(request: ChatRequest, next_: ChatNext) -> tuple[ChatResponse, Context]:
         asked = _asked(request.messages, request)
-        admitted = admit(asked, checked, usage)
+        admitted = guard.admit(asked)
         try:
             if admitted.request is not asked:
                 request = request.with_messages(admitted.request.messages)
@@ -44,7 +43,7 @@ def guardrails_filter(policies: Iterable[Any], store: Any) -> Filter:
         if conv is None:
             return full(request, next_)
         asked = _asked([*store.get(conv), *request.messages], request)
-        admitted = admit(asked, checked, usage)
+        admitted = guard.admit(asked)
         try:
             if admitted.request is not asked:
                 raise ValueError(
