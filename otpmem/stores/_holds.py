@@ -40,7 +40,7 @@ Recorded = Callable[[Conv, Limit], Usage]
 """What a store has recorded in a limit's scope (and window) for a call in a conversation."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     conv: Conv
     hold: Hold
