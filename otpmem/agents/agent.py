@@ -190,6 +190,7 @@ class Agent(GenServer[AgentHandle]):
             finally:
                 if key is not None:
                     writers.release(key)
+                config.sending.settle()  # a hold a failed call left
         except Exception as exc:
             config.callbacks.fire("on_turn_error", meta, exc)
             if isinstance(exc, TurnFailed | InvalidMessage | TurnIdReused | PolicyViolation):
@@ -278,6 +279,7 @@ class Agent(GenServer[AgentHandle]):
             config.callbacks.fire("on_model_result", meta, response)
             if response.content is not None or response.tool_calls:
                 self._store(writer, [response.to_message()], history, added)
+            config.sending.settle()  # the answer's usage is recorded: its hold goes
 
     def _build(
         self, history: list[Any], stored: list[dict[str, Any]]

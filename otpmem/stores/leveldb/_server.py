@@ -33,9 +33,12 @@ from ...supervisors import ChildSpec, SupervisorEvent
 from .._base import STORE_INTENSITY, STORE_PERIOD, StoreError, raise_write_crash
 from .._client import REQUESTS as STORE_REQUESTS
 from .._client import parse_request
+from .._holds import ledger_for
 from .._longterm_client import LONGTERM_KINDS
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
+from ..longterm import Usage
+from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
 from . import _longterm as lt
 from . import keys
 from ._appends import Appending, KnownConversation, Staged
@@ -141,6 +144,8 @@ class LevelDBStore(Appending, GenServer):
                 self.db.close()
                 raise
         self.directory = directory_identity(path)
+        # Holds of calls in flight, kept per directory: a restarted server keeps them.
+        self.holds = ledger_for(os.path.realpath(path))
         # A crash or a kill parks the open database for the next incarnation; a stop, a
         # shutdown or a failed write (LevelDB keeps failing until reopened) closes it.
         self.keep_open = True
@@ -174,6 +179,10 @@ class LevelDBStore(Appending, GenServer):
 
     def handle_info(self, message: Any) -> Any:
         raise_write_crash(message)
+        abandoned = abandoned_hold(message)
+        if abandoned is not None:
+            self.holds.release(abandoned)
+            return None
         if is_tagged(message, "write_failed", 2):
             self.keep_open = False
             raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
@@ -191,6 +200,12 @@ class LevelDBStore(Appending, GenServer):
                 self.writes_here = not self.closed
 
     def handle_call(self, message: Any) -> Any:
+        if is_reservation(message):
+            kind, arg = parse_reservation(message, "LevelDBStore")
+            if kind == "release":
+                return self.holds.release(arg)
+            conv, hold_id, hold, limits, ttl = arg
+            return self.holds.reserve(conv, hold_id, hold, limits, ttl, self._recorded)
         kind, arg = parse_request(message, "LevelDBStore", REQUESTS)
         if kind in LONGTERM_KINDS:
             with self._adds_paused():
@@ -225,6 +240,18 @@ class LevelDBStore(Appending, GenServer):
         # "flush", the only other request parse_request lets through.
         blocking(self.committer.flush)
         return None
+
+    def _recorded(self, conv: Conv, limit: Limit) -> Usage:
+        """What is on disk in a limit's scope, for a reservation: every add whose call
+        released its hold was acknowledged, so on disk, before the release."""
+        if limit.since is None:  # one point read
+            if limit.scope == "user":
+                assert conv.user_id is not None  # checked with the limit
+                return lt.read_user_usage(self.db, conv.user_id, None)
+            return lt.read_usage(self.db, conv, None)
+        if limit.scope == "user":  # a window: a scan of the log, off the schedulers
+            return blocking(lt.read_user_usage, self.db, conv.user_id, limit.since)
+        return blocking(lt.read_usage, self.db, conv, limit.since)
 
     def _longterm(self, kind: str, arg: Any) -> Any:
         # Facts are read, then written: everything queued must be on disk before the read.

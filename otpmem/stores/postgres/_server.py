@@ -46,13 +46,16 @@ from .._base import (
     StoreUnavailable,
 )
 from .._client import StoreClient, parse_request
+from .._holds import ReservationClient
 from .._longterm_client import LONGTERM_KINDS, LongTermClient
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
+from ..reservations import RESERVATION_KINDS, abandoned_hold, is_reservation, parse_reservation
 from ._commit import Committing, FencedAdd, FenceOf, refused
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dir, embedded_dsn
 from ._group_commit import GroupCommit
+from ._holds import Holds, ensure_holds
 from ._leases import ensure_leases
 from ._pool import CONNECT_TIMEOUT, open_pool, pooled, unavailable
 from ._reads import PostgresReads, compose
@@ -63,7 +66,9 @@ logger = logging.getLogger("otpmem.stores")
 
 READY_TIMEOUT = 30.0
 GROUP_MAX = 64  # adds committed in one transaction at most
-WRITES = frozenset({"add", "import", "clear", "forget_user", *LONGTERM_KINDS})
+WRITES = frozenset(
+    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS}
+)
 
 
 def _psycopg() -> Any:
@@ -135,8 +140,9 @@ def schema_exists(dsn: str, namespace: str) -> bool:
     return bool(row and row[0])
 
 
-class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
-    """The ``ChatMemory`` (and ``LongTermStore``) face of a PostgresStore."""
+class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, ReservationClient, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
+    PostgresStore."""
 
     __slots__ = ()
 
@@ -288,6 +294,7 @@ class PostgresStore(Committing, GenServer):
             blocking(self.pool.open, True, connect_timeout)
             with pooled(self.pool, connect_timeout) as conn:
                 blocking(ensure_schema, conn, namespace)
+                blocking(ensure_holds, conn, namespace)
                 if fence is not None:
                     blocking(ensure_leases, conn, namespace)
         except self._psycopg_errors as exc:
@@ -305,6 +312,7 @@ class PostgresStore(Committing, GenServer):
         self.namespace = namespace
         self.fence = fence
         self.writes = Writes(namespace)
+        self.holds = Holds(namespace)
         self.reads = compose(namespace)
         self._pool_closed = pool_module.PoolClosed
         self._rollback = psycopg.errors.TransactionRollback
@@ -314,6 +322,16 @@ class PostgresStore(Committing, GenServer):
             self._commit_adds, max_group=GROUP_MAX
         )
         on_exit(self.pool.close)
+
+    def handle_info(self, message: Any) -> Any:
+        abandoned = abandoned_hold(message)
+        if abandoned is not None:
+            try:
+                blocking(self.perform, ("release", abandoned), self.handle)
+            except Exception as exc:  # never worth a restart: the hold expires instead
+                logger.warning("could not drop the abandoned hold %s: %s", abandoned, exc)
+            return None
+        return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
         # perform's first step is the door (parse_request): garbage never reaches the pool.
@@ -329,6 +347,11 @@ class PostgresStore(Committing, GenServer):
             return self._in_transaction(conn, lambda: work(cur, *args))
 
     def _work(self, message: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        if is_reservation(message):
+            kind, arg = parse_reservation(message, "PostgresStore")
+            if kind == "release":
+                return self.holds.release, (arg,)
+            return self.holds.reserve, arg
         kind, arg = parse_request(message, "PostgresStore")
         if kind in LONGTERM_KINDS:
             work: dict[str, Callable[..., Any]] = {
