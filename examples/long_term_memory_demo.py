@@ -35,7 +35,7 @@ def assistant(messages: list[dict[str, Any]]) -> str:
 
 def main(data: Path) -> None:
     """Walk through long-term memory, usage accounting and guardrails."""
-    model = ScriptedModel(assistant)
+    model = ScriptedModel(assistant, record=True)
     with otpmem.running(data_dir=data):
         store = otpmem.default_store()
         # 1. Facts are extracted after every turn, by a supervised server (mode="async")

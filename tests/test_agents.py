@@ -120,7 +120,7 @@ def test_run_basic_stores_user_then_assistant(
 def test_run_with_system_prompt_sends_it_first_and_never_stores_it(
     store: MemoryStoreHandle, agents: list[AgentHandle]
 ) -> None:
-    model = ScriptedModel(["one", "two"], usage=False)
+    model = ScriptedModel(["one", "two"], usage=False, record=True)
     agent = Agent.start_link(llm=model, memory={"store": store}, system_prompt="Test system")
     agents.append(agent)
     agent.run("first")
@@ -150,7 +150,7 @@ def test_multi_turn_messages_grow_by_two_per_turn(
 def test_multi_turn_history_accumulation_nth_call_gets_2n_minus_1_messages(
     store: MemoryStoreHandle, agents: list[AgentHandle]
 ) -> None:
-    model = ScriptedModel(lambda messages, tools: f"saw:{len(messages)}")
+    model = ScriptedModel(lambda messages, tools: f"saw:{len(messages)}", record=True)
     agent = Agent.start_link(llm=model, memory={"store": store})
     agents.append(agent)
     answers = [agent.run(f"turn {n}").content for n in range(1, 6)]
@@ -176,7 +176,7 @@ def test_run_with_tool_calls_stores_call_with_text_result_with_name_and_final(
 
     call = tool_call("c1", "add_numbers", '{"a": 1, "b": 2}')
     model = ScriptedModel(
-        [{"content": "Let me add.", "tool_calls": [call]}, "It is 3."], usage=False
+        [{"content": "Let me add.", "tool_calls": [call]}, "It is 3."], usage=False, record=True
     )
     agent = Agent.start_link(llm=model, memory={"store": store}, tools=[add_numbers])
     agents.append(agent)
@@ -407,7 +407,7 @@ def test_add_message_then_messages(store: MemoryStoreHandle, agents: list[AgentH
 def test_clear_messages_forgets_the_conversation_but_not_the_turn_count(
     store: MemoryStoreHandle, agents: list[AgentHandle]
 ) -> None:
-    model = ScriptedModel(["hi", "fresh"])
+    model = ScriptedModel(["hi", "fresh"], record=True)
     agent = Agent.start_link(llm=model, memory={"store": store})
     agents.append(agent)
     agent.run("hello")
@@ -496,7 +496,7 @@ def test_default_memory_under_the_app_uses_the_supervised_store_without_warning(
 
 
 def test_window_memory_keeps_everything_but_sends_a_window(agents: list[AgentHandle]) -> None:
-    model = ScriptedModel(lambda messages, tools: f"saw:{len(messages)}", usage=False)
+    model = ScriptedModel(lambda messages, tools: f"saw:{len(messages)}", usage=False, record=True)
     with otpmem.running():
         agent = Agent.start_link(llm=model, memory={"window": 2})
         agents.append(agent)
@@ -554,7 +554,7 @@ class CountingProvider:
 
 def test_custom_memory_provider_is_used_as_passed(agents: list[AgentHandle]) -> None:
     provider = CountingProvider()
-    model = ScriptedModel(["hi back", "again"], usage=False)
+    model = ScriptedModel(["hi back", "again"], usage=False, record=True)
     agent = Agent.start_link(llm=model, memory=provider, conversation_id="custom")
     agents.append(agent)
     agent.run("hello")
@@ -574,7 +574,7 @@ def test_custom_memory_provider_is_used_as_passed(agents: list[AgentHandle]) -> 
 
 @pytest.mark.parametrize("off", [False, None])
 def test_memory_off_keeps_nothing(off: bool | None, agents: list[AgentHandle]) -> None:
-    model = ScriptedModel(["one", "two"])
+    model = ScriptedModel(["one", "two"], record=True)
     agent = Agent.start_link(llm=model, memory=off)
     agents.append(agent)
     assert agent.run("first").content == "one"
@@ -670,7 +670,7 @@ def test_heal_dangling_tool_calls_before_the_new_user_message(
     calls = [tool_call("c1", "lookup", '{"q": "a"}'), tool_call("c2", "search", "{}")]
     crashed_turn = [user("look it up"), {"role": "assistant", "content": None, "tool_calls": calls}]
     store.add("heal", crashed_turn)  # what a turn that died mid-loop leaves behind
-    model = ScriptedModel(["done"], usage=False)
+    model = ScriptedModel(["done"], usage=False, record=True)
     agent = Agent.start_link(llm=model, memory={"store": store}, conversation_id="heal")
     agents.append(agent)
     result = agent.run("next question")
@@ -785,7 +785,7 @@ def test_one_writer_per_conversation_refuse_or_wait(
         busy_timeout=0.2,
         name="impatient",
     )
-    second_model = ScriptedModel(["second done"], usage=False)
+    second_model = ScriptedModel(["second done"], usage=False, record=True)
     waiter = Agent.start_link(
         llm=second_model,
         memory={"store": store},

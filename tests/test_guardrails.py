@@ -49,7 +49,7 @@ def start(store: Any, model: ScriptedModel, policies: list[Any], **options: Any)
 
 
 def test_conversation_budget_refuses_the_turn_after_it_is_spent(store: Any) -> None:
-    model = ScriptedModel([fixed(40), fixed(40), fixed(40)])
+    model = ScriptedModel([fixed(40), fixed(40), fixed(40)], record=True)
     agent = start(store, model, [TokenBudget(70, scope="conversation")])
     try:
         agent.run("one")  # 0 <= 70: passes, records 40
@@ -77,7 +77,7 @@ def test_conversation_budget_refuses_the_turn_after_it_is_spent(store: Any) -> N
 
 
 def test_user_budget_counts_every_conversation_of_the_user_and_survives_clear(store: Any) -> None:
-    model = ScriptedModel([fixed(30), fixed(30), fixed(30)])
+    model = ScriptedModel([fixed(30), fixed(30), fixed(30)], record=True)
     first = start(store, model, [TokenBudget(50, scope="user")], conversation_id="a")
     second = start(store, model, [TokenBudget(50, scope="user")], conversation_id="b")
     try:
@@ -94,7 +94,7 @@ def test_user_budget_counts_every_conversation_of_the_user_and_survives_clear(st
 
 
 def test_estimated_mode_refuses_a_call_that_would_overshoot_before_it_is_made(store: Any) -> None:
-    model = ScriptedModel(["never"])
+    model = ScriptedModel(["never"], record=True)
     counter = HeuristicCounter()
     budget = TokenBudget(20, mode="estimated", counter=counter)
     agent = start(store, model, [budget], system_prompt="be brief")
@@ -113,7 +113,9 @@ def test_estimated_mode_refuses_a_call_that_would_overshoot_before_it_is_made(st
 def test_a_violation_between_tool_rounds_ends_the_turn_with_a_valid_history(store: Any) -> None:
     call = tool_call("c1", "add", '{"a": 1, "b": 2}')
     big = {"prompt_tokens": 500, "completion_tokens": 5}
-    model = ScriptedModel([{"content": None, "tool_calls": [call], "usage": big}, "3", "next"])
+    model = ScriptedModel(
+        [{"content": None, "tool_calls": [call], "usage": big}, "3", "next"], record=True
+    )
     budget = TokenBudget(100)
     agent = start(store, model, [budget], tools=[add])
     try:
@@ -131,7 +133,7 @@ def test_a_violation_between_tool_rounds_ends_the_turn_with_a_valid_history(stor
 
 
 def test_missing_ids_fail_closed_with_a_reason(store: Any) -> None:
-    model = ScriptedModel(["never"])
+    model = ScriptedModel(["never"], record=True)
     agent = start(store, model, [TokenBudget(10**6, scope="user")], user_id=None)
     try:
         with pytest.raises(
@@ -176,7 +178,7 @@ def test_time_window_budget_survives_a_reopen_of_the_store(tmp_path: Path) -> No
         first.stop()
     again = LevelDBStore.start_link(path)  # a restart: nothing in memory carries the window
     try:
-        model = ScriptedModel(["never"])
+        model = ScriptedModel(["never"], record=True)
         agent = start(again, model, [budget])
         try:
             with pytest.raises(PolicyViolation, match="80 / 50"):
@@ -191,7 +193,7 @@ def test_time_window_budget_survives_a_reopen_of_the_store(tmp_path: Path) -> No
 def test_cost_budget_with_pricing_stops_at_the_exact_decimal_limit(store: Any) -> None:
     pricing = Pricing({"scripted": ("0.001", "0.002")})
     usage = {"prompt_tokens": 100, "completion_tokens": 50}  # 0.1 + 0.1 = 0.2 a call
-    model = ScriptedModel([{"content": "ok", "usage": usage}] * 4)
+    model = ScriptedModel([{"content": "ok", "usage": usage}] * 4, record=True)
     agent = start(store, model, [CostBudget("0.4")], pricing=pricing)
     try:
         agent.run("one")
@@ -292,7 +294,7 @@ class Redact:
 def test_a_policy_that_rewrites_sends_exactly_its_messages_and_stores_the_original(
     store: Any,
 ) -> None:
-    model = ScriptedModel(["ok"])
+    model = ScriptedModel(["ok"], record=True)
     agent = start(store, model, [Redact()], system_prompt="the secret rules")
     try:
         agent.run("my secret is 42")
@@ -304,7 +306,7 @@ def test_a_policy_that_rewrites_sends_exactly_its_messages_and_stores_the_origin
 
 
 def test_kernel_guardrails_filter_refuses_before_the_memory_filter_stores(store: Any) -> None:
-    model = ScriptedModel([fixed(90), "never"])
+    model = ScriptedModel([fixed(90), "never"], record=True)
     kernel = Kernel(model, [guardrails_filter([TokenBudget(50, mode="estimated")], store),
                             memory_filter(store)])  # fmt: skip
     kernel.invoke([user("hi")], Context(conversation_id=ANN))
@@ -322,7 +324,7 @@ def test_kernel_guardrails_filter_refuses_before_the_memory_filter_stores(store:
 
 
 def test_kernel_guardrails_filter_in_full_mode_checks_and_rewrites(store: Any) -> None:
-    model = ScriptedModel(["ok"])
+    model = ScriptedModel(["ok"], record=True)
     kernel = Kernel(model, [guardrails_filter([Redact(), TokenBudget(5)], store)])
     kernel.invoke([user("a secret")], Context(conversation_id=ANN))
     assert model.calls[0][0] == [user("a [redacted]")]

@@ -42,7 +42,7 @@ def test_scripted_model_is_a_chat_model() -> None:
 
 
 def test_scripted_replies_come_in_order() -> None:
-    model = ScriptedModel(["one", "two", "three"])
+    model = ScriptedModel(["one", "two", "three"], record=True)
     user = [{"role": "user", "content": "hi"}]
     assert [model.chat(user).content for _ in range(3)] == ["one", "two", "three"]
     assert len(model.calls) == 3
@@ -119,7 +119,7 @@ def test_scripted_chat_response_reply_is_returned_as_is() -> None:
 
 def test_scripted_exception_reply_raises_and_script_goes_on() -> None:
     boom = ModelError("rate limited", status=429, retryable=True)
-    model = ScriptedModel([boom, ValueError("bad"), "after"])
+    model = ScriptedModel([boom, ValueError("bad"), "after"], record=True)
     with pytest.raises(ModelError) as info:
         model.chat([{"role": "user", "content": "a"}])
     assert info.value is boom
@@ -157,7 +157,7 @@ def test_scripted_bad_reply_type_is_a_type_error() -> None:
 
 
 def test_scripted_calls_are_recorded_as_copies() -> None:
-    model = ScriptedModel(["a", "b"])
+    model = ScriptedModel(["a", "b"], record=True)
     messages = [{"role": "user", "content": "original", "metadata": {"k": [1]}}]
     tools = [{"type": "function", "function": {"name": "t"}}]
     model.chat(messages, tools)
@@ -184,7 +184,7 @@ def test_scripted_model_is_thread_safe_under_8_threads() -> None:
     per_thread = 100
     threads_n = 8
     total = per_thread * threads_n
-    model = ScriptedModel([f"r{i}" for i in range(total)])
+    model = ScriptedModel([f"r{i}" for i in range(total)], record=True)
     barrier = threading.Barrier(threads_n)
     results: list[list[str]] = [[] for _ in range(threads_n)]
     errors: list[BaseException] = []
@@ -232,7 +232,7 @@ def test_scripted_function_calls_are_serialised_across_threads() -> None:
         state["active"] -= 1
         return f"n{count}"
 
-    model = ScriptedModel(reply)
+    model = ScriptedModel(reply, record=True)
     barrier = threading.Barrier(8)
     got: list[str] = []
     got_lock = threading.Lock()

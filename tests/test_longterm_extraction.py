@@ -104,7 +104,7 @@ def test_model_extractor_decides_against_the_known_facts(store: Any) -> None:
         ' {"action": "ADD", "key": "tea", "value": "green"}, {"action": "ADD", "value": "x"},'
         ' {"key": "age", "value": 41}]\n```'
     )
-    model = ScriptedModel([reply])
+    model = ScriptedModel([reply], record=True)
     ltm = LongTermMemory(store, ModelFactExtractor(model))
     store.add(ANN, [user("I moved to Paris, gave my cat away, I drink green tea, I am 41.")])
     report = ltm.extract(ANN)
@@ -127,7 +127,7 @@ def test_model_extractor_decides_against_the_known_facts(store: Any) -> None:
 def test_a_bad_model_reply_changes_nothing_and_the_messages_are_tried_again(
     store: Any, bad: str
 ) -> None:
-    model = ScriptedModel([bad, '[{"action": "ADD", "key": "city", "value": "Lyon"}]'])
+    model = ScriptedModel([bad, '[{"action": "ADD", "key": "city", "value": "Lyon"}]'], record=True)
     ltm = LongTermMemory(store, ModelFactExtractor(model))
     store.add(ANN, [user("I live in Lyon")])
     report = ltm.extract(ANN)
@@ -273,7 +273,7 @@ def test_parse_decisions_is_defensive() -> None:
 def test_update_profile_saves_the_models_json_and_refuses_a_bad_one(store: Any) -> None:
     store.save_fact(Fact("ann", "city", "Lyon"))
     good = '{"summary": "Ann lives in Lyon.", "metadata": {"city": "Lyon"}}'
-    model = ScriptedModel([good, "I think Ann is nice", '{"summary": ""}'])
+    model = ScriptedModel([good, "I think Ann is nice", '{"summary": ""}'], record=True)
     ltm = LongTermMemory(store)
     profile = ltm.update_profile("ann", model)
     assert (profile.summary, dict(profile.metadata)) == ("Ann lives in Lyon.", {"city": "Lyon"})

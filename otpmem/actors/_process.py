@@ -35,6 +35,7 @@ from ._errors import (
     StartIgnored,
     short_repr,
 )
+from ._guest import run_here
 from ._links import Linked, link_lock
 from ._node import READY_POLL, _pid_counter, install_exit_hook, live_table
 from ._scheduler import (
@@ -46,7 +47,6 @@ from ._scheduler import (
     monotonic,
     poke,
     retire,
-    run_here,
     running_process,
     wake,
 )

@@ -6,7 +6,8 @@ inside a *runner* greenlet. An idle process holds no greenlet and no stack, so a
 them cost only their objects. A handler that waits (a ``call``, ``sleep``, an ``Event``,
 ``blocking`` work) suspends its runner and frees the scheduler for other processes; the
 runner resumes on the same thread when the wait ends (a greenlet cannot change threads).
-Callers that are plain threads block as before. The waits themselves are in ``_waits``.
+Callers that are plain threads block as before. The waits themselves are in ``_waits``;
+a spawn from a plain thread runs its ``init`` on that thread (``_guest``).
 
 The trap this design avoids: a handler blocking its scheduler thread on a callee that needs
 the same thread to run. Every wait of the runtime suspends instead of blocking; work that
@@ -25,9 +26,9 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from greenlet import error as greenlet_error
 from greenlet import getcurrent, greenlet
 
 if TYPE_CHECKING:
@@ -70,17 +71,21 @@ class Runner(greenlet):  # type: ignore[misc]
     __slots__ = ("process", "scheduler", "waiting")
 
 
-def _run(first: Runnable) -> None:
+def _run() -> None:
     runner: Runner = getcurrent()
     hub = runner.scheduler.hub
-    process = first
+    # The first process comes in an attribute, not as an argument: greenlet holds the
+    # arguments of a greenlet's first switch until it ends, and a runner lives for good.
+    process: Runnable | None = runner.process
     while True:
         runner.process = process
         try:
-            process.run_batch()
+            process.run_batch()  # type: ignore[union-attr]
         except BaseException:  # run_batch catches handler errors; this is a runtime bug
             logger.exception("scheduler: %r failed outside its handlers", process)
-        runner.process = None
+        # An idle runner holds no process: a dead one would keep its server alive, and
+        # through its links and parent a tree of dead processes.
+        runner.process = process = None
         process = hub.switch(_FREE)
 
 
@@ -103,7 +108,7 @@ class Scheduler:
         self.reported = False
         self.hub: Any = None
         if guest:
-            # No thread of its own: the thread that made it serves it (see run_here).
+            # No thread of its own: the thread that made it serves it (see ``_guest.run_here``).
             self.hub = getcurrent()
             self.thread = threading.current_thread()
             return
@@ -137,22 +142,25 @@ class Scheduler:
                 self.parked -= 1
                 self._switch(item, None)
             elif item is _STOP:
+                self.end_runners()
                 return
             else:
-                runner = self.free_runners.pop() if self.free_runners else self._new_runner()
+                runner = self.free_runners.pop() if self.free_runners else self._new_runner(item)
                 self._switch(runner, item)
+                item = None  # not kept alive while the thread waits for the next one
 
-    def _new_runner(self) -> Runner:
+    def _new_runner(self, first: Runnable) -> Runner:
         runner = Runner(_run, self.hub)
         runner.scheduler = self
-        runner.process = None
+        runner.process = first
         runner.waiting = None
         return runner
 
     def _switch(self, runner: Runner, arg: Any) -> None:
         self.since = monotonic()
         self.running = runner
-        outcome = runner.switch(arg)
+        # A new runner starts without an argument (it finds its process on itself, see _run).
+        outcome = runner.switch(arg) if runner else runner.switch()
         self.running = None
         self.stuck = False
         self.reported = False
@@ -184,9 +192,26 @@ class Scheduler:
                 self.parked -= 1
                 self._switch(item, None)
             else:
-                runner = self.free_runners.pop() if self.free_runners else self._new_runner()
+                runner = self.free_runners.pop() if self.free_runners else self._new_runner(item)
                 self._switch(runner, item)
+                item = None
         return True
+
+    def end_runners(self) -> None:
+        """End the idle runners, on this scheduler's thread, before that thread ends.
+
+        A greenlet still suspended when its thread exits is never unwound: what its stack
+        held stays alive for good (greenlet cannot run it again to let go). Thrown into
+        here, each runner returns from its ``_run`` and its stack is freed.
+        """
+        runners, self.free_runners = self.free_runners, []
+        for runner in runners:
+            try:
+                runner.throw()  # GreenletExit at its hub.switch: _run returns, to us
+            except greenlet_error:  # not this thread's after all: nothing can be done
+                logger.debug("scheduler: %r cannot end %r from this thread", self, runner)
+        if not self.parked:
+            self.hub = None  # the thread's main greenlet, dead once the thread is gone
 
     def _fire_timers(self) -> None:
         timers = self.timers
@@ -304,41 +329,6 @@ def poke(process: Runnable) -> None:
             # Under the lock, so that run_here's hand-over of a process to the shared
             # schedulers cannot miss a wake aimed at its guest scheduler.
             wake(process)
-
-
-_guests = threading.local()
-
-
-def run_here(process: Runnable, timeout: float | None, on_timeout: Callable[[], None]) -> bool:
-    """Run a new process's first batch (its ``init``) on the calling plain thread.
-
-    Spawning from a plain thread otherwise costs two thread hand-offs (init on a scheduler,
-    the answer back), most of a spawn's time. The thread serves a guest scheduler of its own
-    until the batch is over, waits included; the process, idle and stackless by then, moves
-    to the shared schedulers. False if ``timeout`` passed first (``on_timeout`` is then
-    called, and the process given a second to unwind).
-    """
-    guest: Scheduler | None = getattr(_guests, "scheduler", None)
-    if guest is None:
-        guest = _guests.scheduler = Scheduler(-1, guest=True)  # kept: its runners are reused
-    process.home = guest
-    guest.queue.put(process)
-    done = guest.serve(None if timeout is None else monotonic() + timeout)
-    if not done:
-        on_timeout()
-        guest.serve(monotonic() + 1.0)
-    with process.run_lock:
-        process.home = None
-    if guest.parked:
-        _guests.scheduler = None  # runners still parked on it: never serve it again
-    while True:
-        try:
-            item = guest.queue.get_nowait()
-        except queue.Empty:
-            break
-        if type(item) is not Runner:
-            wake(item)
-    return done
 
 
 def requeue(process: Runnable) -> None:

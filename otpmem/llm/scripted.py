@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import math
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,12 @@ from .base import ChatResponse, ModelError
 
 Reply = str | ChatResponse | Mapping[str, Any] | BaseException
 """A scripted reply: text, a ChatResponse, a dict of ChatResponse fields, or an error to raise."""
+
+Call = tuple[list[dict[str, Any]], Any]
+"""A recorded call: a copy of the messages and of the tools (or None) the model was sent."""
+
+RECORD_LAST = 1000
+"""Calls ``ScriptedModel(record=True)`` keeps: the last thousand."""
 
 
 def as_response(reply: Reply) -> ChatResponse:
@@ -45,9 +52,14 @@ class ScriptedModel:
 
         ScriptedModel(["hello", {"tool_calls": [tool_call("c1", "add", '{"a": 1}')]}, "done"])
         ScriptedModel(lambda messages, tools: f"saw:{len(messages)}")
+        ScriptedModel(["hi"], record=True)  # .calls: what each of the last 1,000 was sent
 
-    Every call is recorded in ``calls`` (a copy of the messages and tools it was sent).
-    Thread-safe: agents sharing one model see one script.
+    ``call_count`` counts its calls. It records what it was sent only when asked:
+    ``record=True`` keeps the last 1,000 calls in ``calls`` (a copy of the messages and
+    tools of each, oldest first), ``record=N`` the last N; by default it keeps none, so a
+    model that answers for days holds no more than one that answered once (reading
+    ``calls`` then says how to turn recording on). Thread-safe: agents sharing one model
+    see one script.
 
     A reply that scripts no ``usage`` gets one, as a provider would report it: the tokens
     of what it was sent and of what it answered, counted as ``HeuristicCounter`` counts
@@ -65,15 +77,30 @@ class ScriptedModel:
         *,
         usage: bool = True,
         blocks: bool | None = None,
+        record: bool | int = False,
     ) -> None:
         self.usage = usage
+        self.record = _record_limit(record)
         self._fn = _two_arguments(replies) if callable(replies) else None
         # A list of replies never blocks; a function may (tests hold turns with events),
         # unless its caller says it does not: then agents call it inline, as a local model.
         self.blocks = self._fn is not None if blocks is None else bool(blocks)
         self._replies = None if callable(replies) else list(replies)
         self._lock = threading.Lock()
-        self.calls: list[tuple[list[dict[str, Any]], Any]] = []
+        self._calls: deque[Call] | None = None if self.record == 0 else deque(maxlen=self.record)
+        self.call_count = 0
+
+    @property
+    def calls(self) -> list[Call]:
+        """The recorded calls, oldest first (a copy); only for a model made with ``record``."""
+        if self._calls is None:
+            raise AttributeError(
+                "this ScriptedModel records no calls: make it with record=True to keep the "
+                f"last {RECORD_LAST:,} in .calls, or record=N for the last N "
+                f"(it counts them in .call_count: {self.call_count} so far)"
+            )
+        with self._lock:
+            return list(self._calls)
 
     def chat(
         self,
@@ -85,14 +112,16 @@ class ScriptedModel:
         sent = [thaw(m) for m in messages]
         tools = None if tools is None else [thaw(t) for t in tools]
         with self._lock:
-            self.calls.append((sent, tools))
+            self.call_count += 1
+            if self._calls is not None:
+                self._calls.append((sent, tools))
             if self._fn is not None:
                 reply = self._fn(sent, tools)
             else:
                 assert self._replies is not None
                 if not self._replies:
                     raise ModelError(
-                        f"ScriptedModel ran out of replies after {len(self.calls) - 1} call(s)"
+                        f"ScriptedModel ran out of replies after {self.call_count - 1} call(s)"
                     )
                 reply = self._replies.pop(0)
         if isinstance(reply, ChatResponse):
@@ -131,6 +160,17 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     if isinstance(message.get("name"), str):
         chars += len(message["name"])
     return 3 + math.ceil(chars / 4)
+
+
+def _record_limit(record: bool | int) -> int:
+    """How many calls to keep for ``record``: 0 (none), ``RECORD_LAST`` for True, or N."""
+    if isinstance(record, bool):
+        return RECORD_LAST if record else 0
+    if not isinstance(record, int) or record < 1:
+        raise ValueError(
+            f"record is True, False or how many calls to keep (an int >= 1), got {record!r}"
+        )
+    return record
 
 
 def _two_arguments(fn: Callable[..., Reply]) -> Callable[[list[dict[str, Any]], Any], Reply]:

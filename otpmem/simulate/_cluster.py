@@ -215,6 +215,7 @@ class ClusterSimulation(Simulation):
             lease_ttl=self.lease_ttl,
             incarnation=incarnation,
             model=dict(self.model_info),
+            started_at=time.time() - self.timeline.now(),  # second 0 of the run's timeline
         )
 
     def _drive_nodes(self, dsn: str, leases: Any, where: Placement) -> None:
@@ -320,11 +321,7 @@ class ClusterSimulation(Simulation):
             raise fatal
 
     def _node_times(self, summary: dict[str, Any]) -> None:
-        wall = time.time() - self.timeline.now()
-        self.timeline.add_events(
-            [(t - wall, str(k)) for t, k in summary.get("fault_times", [])],
-            [t - wall for t in summary.get("restart_times", [])],
-        )
+        self.timeline.add_event_counts(summary.get("events") or {})
 
     def _fill_timeline(self, entries: list[dict[str, Any]], wall0: float) -> None:
         """This run's turns, from the ledgers (a killed node's turns are there too)."""

@@ -82,7 +82,6 @@ class NodeSimulation(Simulation):
         self._state = threading.Lock()
         self._continued = 0
         self._acked_here = 0
-        self._wall0 = time.time()
         self._model_client: ChatModel = ScriptedModel(scripted_arithmetic)
         self.capacity = math.ceil(config.agents / config.nodes)
         self.leases = Leases(
@@ -95,8 +94,7 @@ class NodeSimulation(Simulation):
         """Start the tree, work until every conversation of the run is done (or ``stop``),
         and return the node's summary."""
         cfg = self.config
-        self.timeline = Timeline()
-        self._wall0 = time.time()
+        self.timeline = Timeline(time.time, start=cfg.started_at)
         root = start(
             store="postgres",
             dsn=cfg.dsn,
@@ -318,7 +316,6 @@ class NodeSimulation(Simulation):
             return self._rng.choice(sorted(self._started))
 
     def _summary(self) -> dict[str, Any]:
-        wall = self._wall0
         return {
             "node": self.config.node_id,
             "index": self.config.index,
@@ -332,8 +329,7 @@ class NodeSimulation(Simulation):
             "fatal_error": str(self._fatal.error) if self._fatal is not None else None,
             "fatal_retryable": self._fatal.error.retryable if self._fatal is not None else None,
             "interrupted": self._interrupted,
-            "fault_times": [[wall + t, kind] for t, kind in self.timeline.faults],
-            "restart_times": [wall + t for t in self.timeline.restarts],
+            "events": self.timeline.event_counts(),
         }
 
 

@@ -28,6 +28,9 @@ class NodeConfig:
     lease_ttl: float = 2.0
     incarnation: int = 0
     model: dict[str, str] = field(default_factory=lambda: {"kind": "scripted"})
+    started_at: float | None = None
+    """The run's second 0 (wall clock): the node's timeline counts from it, so that its
+    slots line up with the run's and merge exactly."""
 
     def dumps(self) -> str:
         """One JSON line."""
