@@ -12,6 +12,9 @@ up to 2x between periods, perf_anchors.md): compare the paired ratios, never one
    user TokenBudget and a user CostBudget, one usage read between them) against a plain
    turn, and each part alone: ``Agent.run`` on a MemoryStore with ``DefaultProvider(window=
    20)``, a ScriptedModel answering "ok". Goal: LTM + two guardrails <= 1.2 x plain.
+   The guardrails reserve (one store request before each model call, one release after):
+   the same two as policies that only check (nothing held, as before reservations) are the
+   unreserved path, reported beside them as reserved/unreserved.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 from _common import ratio_summary, rotated, verdict
 
 from otpmem.agents import Agent
-from otpmem.guardrails import CostBudget, TokenBudget
+from otpmem.guardrails import CostBudget, Request, TokenBudget, UsageReader
 from otpmem.llm import ScriptedModel
 from otpmem.memory import DefaultProvider, LongTermMemory
 from otpmem.messages import Conv
@@ -137,6 +140,18 @@ def bench_stores(quick: bool) -> list[str]:
     return lines
 
 
+class CheckedOnly:
+    """A budget as a policy that only checks: the unreserved path (nothing held)."""
+
+    def __init__(self, budget: Any) -> None:
+        self.budget = budget
+
+    def check(self, request: Request, store: UsageReader) -> Request:
+        """The budget's check."""
+        checked: Request = self.budget.check(request, store)
+        return checked
+
+
 def bench_turns(quick: bool) -> list[str]:
     """A plain turn against turns with injection, guardrails, and both."""
     calls, chunks, repeats = (40, 4, 3) if quick else (100, 10, 5)
@@ -151,6 +166,7 @@ def bench_turns(quick: bool) -> list[str]:
             "plain": {},
             "ltm": {"long_term_memory": ltm},
             "guards": {"guardrails": budgets},
+            "checked": {"guardrails": [CheckedOnly(b) for b in budgets]},
             "both": {"long_term_memory": ltm, "guardrails": budgets},
         }.items():
             user_id = f"user-{name}"
@@ -174,7 +190,8 @@ def bench_turns(quick: bool) -> list[str]:
         f"{us(times['both'])} vs plain turn {us(times['plain'])}: both/plain = "
         f"{ratio_summary(both)} (goal <= {GOAL}x: {verdict(ok)}) | injection alone "
         f"{ratio_summary(paired(times, 'ltm', 'plain'))} | two guardrails alone "
-        f"{ratio_summary(paired(times, 'guards', 'plain'))} (Agent.run, DefaultProvider("
+        f"{ratio_summary(paired(times, 'guards', 'plain'))}, reserved/unreserved "
+        f"{ratio_summary(paired(times, 'guards', 'checked'))} (Agent.run, DefaultProvider("
         f"MemoryStore, window={WINDOW}), ScriptedModel; paired per repeat, median [min..max] "
         f"of {repeats} repeats, each the median of {chunks} rotated chunks of {calls})"
     ]

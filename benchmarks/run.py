@@ -32,6 +32,7 @@ MODULES: list[str] = [
     "context",
     "agents",
     "scale",
+    "activation",
     "recall",
     "postgres",
     "longterm",

@@ -80,17 +80,14 @@ def main() -> None:
             print(f"   agent {i}: {done[i]} turns acknowledged, {len(answers)} answers stored")
 
         print("3. an agent crashes; its supervisor restarts it and the conversation goes on")
+        first_pid = agents[1].pid
         faults.crash(agents[1], RuntimeError("injected"))
-        restarted = next(
-            c.handle
-            for c in otpmem.app.whereis(otpmem.app.AGENTS_NAME).which_children()
-            if c.handle is not None and c.handle.info()["conversation"].conversation_id == "sums-1"
-        )
+        # The handle is the agent's identity: the same one reaches the new incarnation.
+        answer = agents[1].run("20+22").content
         print(
-            f"   restarted agent sees {len(restarted.messages())} stored messages; "
-            f"next answer: {restarted.run('20+22').content}"
+            f"   the same handle now reaches {agents[1].pid} (was {first_pid}), which sees "
+            f"{len(agents[1].messages())} stored messages; next answer: {answer}"
         )
-
 
 if __name__ == "__main__":
     main()

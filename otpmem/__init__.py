@@ -9,7 +9,17 @@
 
 import logging
 
-from .app import AppError, running, running_agents, start, start_agent, stop
+from .app import (
+    AppError,
+    define_agent,
+    forget_agent,
+    known_agents,
+    running,
+    running_agents,
+    start,
+    start_agent,
+    stop,
+)
 from .stores import default_store
 
 logging.getLogger("otpmem").addHandler(logging.NullHandler())
@@ -20,6 +30,9 @@ __version__ = version
 __all__ = [
     "AppError",
     "default_store",
+    "define_agent",
+    "forget_agent",
+    "known_agents",
     "running",
     "running_agents",
     "start",

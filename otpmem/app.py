@@ -21,6 +21,7 @@ about 230 store crashes in a burst, or when the agents' supervisor keeps failing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -30,8 +31,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .actors import whereis
-from .agents import Agent, AgentHandle, AgentOptions
+from .actors import NoProcess, ServerExited, whereis
+from .actors.runtime import lookup
+from .agents import Agent, AgentAlreadyStarted, AgentHandle, AgentOptions, set_activation
+from .agents.directory import AgentDirectory, option_values
 from .memory.recall import default as recall
 from .messages import Conv, short_repr
 from .protocols import parameters_of
@@ -139,8 +142,32 @@ def _handle_class(kind: str) -> type[Any]:
     return MemoryStoreHandle if kind == "memory" else LevelDBStoreHandle
 
 
-def _start_agent(options: AgentOptions) -> AgentHandle:
-    return Agent.start_link(**vars(options))
+def _start_agent(options: AgentOptions) -> AgentHandle | None:
+    try:
+        return Agent.start_link(**option_values(options))
+    except AgentAlreadyStarted:
+        # Activated by a call while the supervisor restarted it (or the reverse): the agent
+        # runs, which is all either start wanted. OTP's ignore drops this child.
+        return None
+
+
+def _agents_supervisor(timeout: float | None) -> SupervisorHandle | None:
+    agents: Any = whereis(AGENTS_NAME)
+    if agents is None:
+        # The root may be restarting the agents' supervisor: a call queued behind the exit
+        # is answered once the root has dealt with it.
+        root: Any = whereis(APP_NAME)
+        if root is None:
+            return None
+        try:
+            root.count_children(timeout)
+        except (NoProcess, ServerExited):
+            return None
+        agents = whereis(AGENTS_NAME)
+    return agents  # type: ignore[no-any-return]
+
+
+_directory: AgentDirectory | None = None
 
 
 def start(
@@ -211,6 +238,9 @@ def start(
         handle_class = _handle_class(kind)
         set_supervised(handle_class)
         recall.set_supervised(True)
+        global _directory
+        _directory = AgentDirectory(_agents_supervisor)
+        set_activation(_directory.activate)
         try:
             root = Supervisor.start(
                 [
@@ -225,8 +255,7 @@ def start(
                 listeners=listeners,
             )
         except BaseException:
-            set_supervised(None)
-            recall.set_supervised(False)
+            _forget_supervision(None)
             raise
         root.subscribe(_forget_supervision)
         if carried is not None and carried["conversations"]:
@@ -234,11 +263,15 @@ def start(
         return root
 
 
-def _forget_supervision(event: SupervisorEvent) -> None:
-    # The root stops for good (asked to, or past its intensity): no more restarts to wait.
-    if event.kind == "shutdown":
+def _forget_supervision(event: SupervisorEvent | None) -> None:
+    # The root stops for good (asked to, or past its intensity): no more restarts to wait,
+    # and no agent to activate.
+    global _directory
+    if event is None or event.kind == "shutdown":
         set_supervised(None)
         recall.set_supervised(False)
+        set_activation(None)
+        _directory = None
 
 
 def stop(timeout: float | None = 60.0) -> None:
@@ -278,24 +311,76 @@ def running_agents() -> list[AgentHandle]:
     return [c.handle for c in agents.which_children() if c.handle is not None]
 
 
-@parameters_of(AgentOptions)
-def start_agent(*args: Any, **kwargs: Any) -> AgentHandle:
-    """Start an agent under the application's agent supervisor (restarted if it crashes),
-    with ``Agent.start_link``'s parameters (``AgentOptions``)."""
-    agents = whereis(AGENTS_NAME)
-    if agents is None:
+START_TIMEOUT = 30.0
+"""Seconds ``start_agent`` waits for the agent's init."""
+
+
+def _known_options(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[AgentDirectory, AgentOptions]:
+    directory = _directory
+    if directory is None or whereis(APP_NAME) is None:
         raise AppError("otpmem is not running: otpmem.start() first, or use Agent.start_link")
     options = AgentOptions(*args, **kwargs)
     if options.conversation_id is None:
         # Fixed here, not in Agent.start_link: a restarted agent must find its conversation.
         conversation_id = f"conv-{uuid.uuid4().hex[:16]}"
         options = dataclasses.replace(options, conversation_id=conversation_id)
+    return directory, options
+
+
+@parameters_of(AgentOptions)
+def start_agent(*args: Any, **kwargs: Any) -> AgentHandle:
+    """Start an agent under the application (``Agent.start_link``'s parameters): it is
+    restarted if it crashes and activated again by a call after it stopped or was lost.
+
+    The handle is the agent's identity (its name, else its conversation): it follows the
+    agent across restarts and activations. ``AgentAlreadyStarted`` if that agent runs.
+    """
+    directory, options = _known_options(args, kwargs)
+    name, handle = directory.define(options)
     try:
-        handle = agents.start_child((options,))  # type: ignore[attr-defined]
+        started = directory.start(name, START_TIMEOUT)
     except StartChildFailed as failure:
+        directory.forget(name)
         # A bad option is the caller's mistake: raise it as Agent.start_link would.
         if isinstance(failure.reason, TypeError | ValueError):
             raise failure.reason from None
         raise
-    assert isinstance(handle, AgentHandle)
+    if started is None:  # a call activated it first, or another start did
+        raise AgentAlreadyStarted(name, lookup(name))
     return handle
+
+
+@parameters_of(AgentOptions)
+def define_agent(*args: Any, **kwargs: Any) -> AgentHandle:
+    """Make an agent known without starting it (``start_agent``'s parameters): its first
+    call activates it. With ``idle_timeout``, a million agents can be known while only the
+    ones in use run."""
+    directory, options = _known_options(args, kwargs)
+    return directory.define(options)[1]
+
+
+def forget_agent(agent: AgentHandle | str, timeout: float | None = 5.0) -> bool:
+    """Stop the agent (a handle or a name) and forget it, so no call activates it again;
+    its conversation stays in the store. False if the application did not know it."""
+    directory = _directory
+    if directory is None:
+        raise AppError("otpmem is not running")
+    name = agent if isinstance(agent, str) else agent.name
+    if not isinstance(name, str):
+        raise TypeError(f"forget_agent takes an AgentHandle or a name, got {short_repr(agent)}")
+    known = directory.forget(name)
+    process = lookup(name)
+    if process is not None:
+        with contextlib.suppress(NoProcess):
+            AgentHandle(process).stop(timeout=timeout)
+    return known
+
+
+def known_agents() -> list[AgentHandle]:
+    """Every agent the application knows, running or not, in the order they became known."""
+    directory = _directory
+    if directory is None:
+        raise AppError("otpmem is not running")
+    return [AgentHandle.named(name) for name in directory.names()]

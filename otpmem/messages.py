@@ -73,16 +73,18 @@ def as_conv(conv: object) -> Conv:
             raise ValueError("a conversation id must be a non-empty str")
         return Conv(None, conv)
     if isinstance(conv, Conv):
-        user_id, conversation_id = conv
-        if not isinstance(conversation_id, str) or not conversation_id:
+        # The tuple's own items, as exact strs: a key is hashed and compared wherever it
+        # goes, and a subclass (of Conv or of str) would bring its own __hash__ and __eq__.
+        user_id, conversation_id = tuple.__iter__(conv)
+        if type(conversation_id) is not str or not conversation_id:
             raise ValueError(
                 f"Conv.conversation_id must be a non-empty str, got {short_repr(conversation_id)}"
             )
-        if user_id is not None and (not isinstance(user_id, str) or not user_id):
+        if user_id is not None and (type(user_id) is not str or not user_id):
             raise ValueError(
                 f"Conv.user_id must be None or a non-empty str, got {short_repr(user_id)}"
             )
-        return conv
+        return conv if type(conv) is Conv else Conv(user_id, conversation_id)
     raise TypeError(
         "a conversation is a Conv(user_id, conversation_id) or a str, "
         f"got {type(conv).__name__}: {short_repr(conv)}"
@@ -91,7 +93,7 @@ def as_conv(conv: object) -> Conv:
 
 def check_user_id(user_id: object) -> str | None:
     """Return ``user_id`` if it is None or a non-empty str, else raise ``ValueError``."""
-    if user_id is None or (isinstance(user_id, str) and user_id):
+    if user_id is None or (type(user_id) is str and user_id):
         return user_id
     raise ValueError(f"user_id must be None or a non-empty str, got {short_repr(user_id)}")
 
@@ -185,7 +187,9 @@ def _freeze_value(value: Any, index: int | None, path: Path, depth: int) -> Any:
 def _check_content(message: Mapping[str, Any], role: str, index: int | None) -> None:
     content = message.get("content")
     if content is None:
-        if role == "assistant" and message.get("tool_calls"):
+        calls = message.get("tool_calls")
+        # Tool calls that are there (checked next), asking no caller's __bool__ whether.
+        if role == "assistant" and calls is not None and (type(calls) is not list or calls):
             return
         if role == "assistant":
             _fail("an assistant message needs content or tool_calls", index, "content")
@@ -214,14 +218,15 @@ def _check_tool_calls(calls: Any, role: str, index: int | None) -> None:
         if not isinstance(call, dict):
             _fail("must be a dict", index, where)
         call_id = call.get("id")
-        if not isinstance(call_id, str) or not call_id:
+        if type(call_id) is not str or not call_id:
             _fail("'id' must be a non-empty str", index, f"{where}.id")
         if call_id in seen:
             _fail(f"duplicate tool call id {call_id!r}", index, f"{where}.id")
         seen.add(call_id)
-        if call.get("type") != "function":
+        call_type = call.get("type")
+        if type(call_type) is not str or call_type != "function":
             _fail(
-                f"'type' must be 'function', got {short_repr(call.get('type'))}",
+                f"'type' must be 'function', got {short_repr(call_type)}",
                 index,
                 f"{where}.type",
             )
@@ -233,6 +238,18 @@ def _check_tool_calls(calls: Any, role: str, index: int | None) -> None:
             _fail("must be a non-empty str", index, f"{where}.function.name")
         if not isinstance(function.get("arguments"), str):
             _fail("must be a str (JSON text)", index, f"{where}.function.arguments")
+
+
+def freeze_value(value: Any, field: str) -> Any:
+    """A read-only deep copy of ``value`` if it may be stored as a message's metadata may:
+    JSON-like, nested at most ``MAX_DEPTH`` levels, finite numbers, 64-bit ints. Else
+    ``InvalidMessage`` (a ValueError) whose ``field`` names ``field`` and where in it.
+
+    For what is stored beside messages (profiles' metadata, adapters' values), so that
+    every backend refuses the same values for the same reasons.
+    """
+    # Depth 1: the value nests as deep as a message's metadata may, one level in.
+    return _freeze_value(value, None, ((), field), 1)
 
 
 def validate(message: Any, index: int | None = None) -> dict[str, Any]:
@@ -247,11 +264,12 @@ def freeze(message: Any, index: int | None = None) -> FrozenDict:
     if not isinstance(message, dict):
         _fail(f"a message is a dict, got {type(message).__name__}", index, None)
     for key in message:
-        if key not in _FIELD_SET:
+        # An exact str first: any other key would bring its own __hash__ and __eq__.
+        if type(key) is not str or key not in _FIELD_SET:
             name = key if type(key) is str else short_repr(key)
             _fail(f"unknown field; a message has only {', '.join(FIELDS)}", index, name)
     role = message.get("role")
-    if role not in ROLES:
+    if type(role) is not str or role not in ROLES:
         _fail(f"must be one of {', '.join(ROLES)}, got {short_repr(role)}", index, "role")
     _check_content(message, role, index)
     if "tool_calls" in message and message["tool_calls"] is not None:

@@ -690,7 +690,9 @@ def test_heal_dangling_tool_calls_before_the_new_user_message(
     assert model.calls[0][0] == stored[:5]  # the model never sees a dangling call
     # Healed once: the next turn has nothing to heal.
     model2 = ScriptedModel(["again"], usage=False)
-    later = Agent.start_link(llm=model2, memory={"store": store}, conversation_id="heal")
+    later = Agent.start_link(
+        llm=model2, memory={"store": store}, conversation_id="heal", name="heal-later"
+    )
     agents.append(later)
     assert later.run("more").healed == []
     assert len(store.get("heal")) == len(stored) + 2
@@ -767,17 +769,21 @@ def test_one_writer_per_conversation_refuse_or_wait(
     first = Agent.start_link(
         llm=ScriptedModel(blocking, usage=False), memory={"store": store}, conversation_id="shared"
     )
+    # Agents of one conversation beside each other: each needs a name (an identity) of its
+    # own, since an agent without one is its conversation's.
     refuser = Agent.start_link(
         llm=ScriptedModel(["refuser later"], usage=False),
         memory={"store": store},
         conversation_id="shared",
         on_busy="refuse",
+        name="refuser",
     )
     impatient = Agent.start_link(
         llm=ScriptedModel(["never"], usage=False),
         memory={"store": store},
         conversation_id="shared",
         busy_timeout=0.2,
+        name="impatient",
     )
     second_model = ScriptedModel(["second done"], usage=False, record=True)
     waiter = Agent.start_link(
@@ -786,6 +792,7 @@ def test_one_writer_per_conversation_refuse_or_wait(
         conversation_id="shared",
         on_busy="wait",
         callbacks={"on_turn_start": lambda meta: waiting_started.set()},
+        name="waiter",
     )
     other = Agent.start_link(
         llm=ScriptedModel(["elsewhere"], usage=False),
@@ -929,6 +936,7 @@ def test_one_writer_per_conversation_holds_for_providers_without_a_store(
         memory=StorelessProvider(store),
         conversation_id="shared",
         on_busy="refuse",
+        name="second",
     )
     agents.extend([first, second])
     runner = threading.Thread(target=lambda: first.run("one"))

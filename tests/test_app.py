@@ -294,13 +294,15 @@ def test_start_agent_under_the_app_is_restarted_and_continues_its_conversation(
         assert agent.run("one").content == "saw:1"
         trace = Trace()
         agents_sup.subscribe(trace)
+        first_pid = agent.pid
         faults.crash(agent)
         trace.wait_kind("restarted")
         children = agents_sup.which_children()
         assert len(children) == 1 and children[0].status == "running"
         again = children[0].handle
         assert isinstance(again, AgentHandle)
-        assert again.pid != agent.pid
+        # The handle is the agent's identity: the one held since the start follows too.
+        assert again.pid != first_pid and agent.pid == again.pid and agent == again
         assert again.info()["conversation"] == Conv(None, "sup-conv")
         assert again.messages() == [user("one"), assistant("saw:1")]
         assert again.run("two").content == "saw:3"

@@ -4,6 +4,7 @@ a second process's application on the same schema sees the same conversations.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -83,6 +84,34 @@ def test_a_second_process_application_shares_the_conversations(
             "from the parent",
             "from the child",
         ]
+
+
+def test_a_killed_embedded_store_comes_back_to_its_own_server(run_dir: Path) -> None:
+    # No DSN, no data_dir: the embedded server's temporary directory is chosen once, so
+    # the restarted store finds its conversations instead of a new, empty server.
+    script = textwrap.dedent(
+        """
+        import otpmem
+        from otpmem.actors import faults, whereis
+        from otpmem.messages import Conv
+        from otpmem.stores import DEFAULT_STORE_NAME
+        with otpmem.running(store="postgres", namespace="embedded") as root:
+            store = otpmem.default_store()
+            store.add(Conv("ann", "c"), [{"role": "user", "content": "kept"}])
+            first = store.pid
+            faults.kill(whereis(DEFAULT_STORE_NAME))
+            root.sync_tree()
+            assert store.pid != first
+            print(store.count(Conv("ann", "c")), flush=True)
+        """
+    )
+    # Its temporary directory under the fixture's, which stops what is left and removes it.
+    env = {**os.environ, "TMPDIR": str(run_dir.parent)}
+    child = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT, env=env
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["1"]
 
 
 @pytest.mark.parametrize(

@@ -38,12 +38,14 @@ def mine(postgres_dsn: str, leases_ns: str) -> Iterator[Leases]:
     leases.close()
 
 
-def owner_process(dsn: str, namespace: str, owner: str, body: str) -> subprocess.Popen[str]:
-    """A child process with ``leases`` (ttl 1 s) as ``owner``, running ``body``."""
+def owner_process(
+    dsn: str, namespace: str, owner: str, body: str, ttl: float = 1.0
+) -> subprocess.Popen[str]:
+    """A child process with ``leases`` (ttl 1 s unless given) as ``owner``, running ``body``."""
     script = (
         "import json, sys, time\n"
         "from otpmem.stores.postgres import Heartbeat, Leases\n"
-        f"leases = Leases({dsn!r}, {namespace!r}, owner={owner!r}, ttl=1.0)\n"
+        f"leases = Leases({dsn!r}, {namespace!r}, owner={owner!r}, ttl={ttl!r})\n"
         + textwrap.dedent(body)
     )
     return subprocess.Popen(
@@ -105,7 +107,9 @@ def test_one_name_claimed_by_many_at_once_has_one_winner(postgres_dsn: str, leas
         print("won" if leases.claim("contested") is not None else "lost", flush=True)
         sys.stdin.readline()
     """
-    procs = [owner_process(postgres_dsn, leases_ns, f"p{i}", body) for i in range(4)]
+    # A lease that outlives the test: on a loaded machine a child may claim over a second
+    # after the winner, when a 1 s lease has rightly expired and would be won again.
+    procs = [owner_process(postgres_dsn, leases_ns, f"p{i}", body, ttl=60.0) for i in range(4)]
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write("go\n")

@@ -112,7 +112,7 @@ def test_a_restarted_server_costs_retryable_errors_and_no_acknowledged_message()
     where = tempfile.mkdtemp(prefix="otpmem-test-pg-restart-")
     server = pgserver.get_server(where, cleanup_mode="stop")
     dsn = server.get_uri()
-    # The default restart budgets: a server away for seconds must not exhaust them.
+    # Supervised, with every default: the store rides the restart out in place.
     sup = Supervisor.start_link([PostgresStore.child_spec(dsn, "pg-restart", namespace="restart")])
     try:
         store = PostgresStore.named("pg-restart")
@@ -174,6 +174,10 @@ def test_bad_arguments_are_refused_before_connecting() -> None:
         {"namespace": "Has-Caps"},
         {"namespace": "x" * 70},
         {"pool_size": 0},
+        {"connect_timeout": 0},
+        {"connect_timeout": float("nan")},
+        {"connect_timeout": "10"},
+        {"connect_timeout": True},
     ]
     for kwargs in bad:
         with pytest.raises(ValueError):

@@ -10,7 +10,11 @@ import pytest
 
 from otpmem.stores import ChatMemory, LevelDBStore, MemoryStore
 from otpmem.stores.postgres import PostgresStore
-from otpmem.stores.testing import ChatMemoryConformance, LongTermConformance
+from otpmem.stores.testing import (
+    ChatMemoryConformance,
+    LongTermConformance,
+    ReservationConformance,
+)
 from otpmem.supervisors import Supervisor
 
 
@@ -92,6 +96,38 @@ class TestPostgresStore(ChatMemoryConformance):
 
 
 class TestPostgresStoreLongTerm(LongTermConformance):
+    @pytest.fixture
+    def store(self, postgres_dsn: str, pg_namespace: str) -> Iterator[Any]:
+        store = PostgresStore.start_link(postgres_dsn, namespace=pg_namespace)
+        yield store
+        store.stop()
+
+
+class TestMemoryStoreReservations(ReservationConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        store = MemoryStore.start_link()
+        yield store
+        store.stop()
+
+
+class TestSupervisedMemoryStoreReservations(ReservationConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        sup = Supervisor.start_link([MemoryStore.child_spec("conformance-holds")])
+        yield MemoryStore.named("conformance-holds")
+        sup.stop()
+
+
+class TestLevelDBStoreReservations(ReservationConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Any]:
+        store = LevelDBStore.start_link(tmp_path / "db")
+        yield store
+        store.stop()
+
+
+class TestPostgresStoreReservations(ReservationConformance):
     @pytest.fixture
     def store(self, postgres_dsn: str, pg_namespace: str) -> Iterator[Any]:
         store = PostgresStore.start_link(postgres_dsn, namespace=pg_namespace)

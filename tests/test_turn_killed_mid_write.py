@@ -138,7 +138,7 @@ def test_a_retry_waits_for_the_answer_a_killed_attempt_had_in_flight(
 
     # Until that write answers, the conversation is still the killed turn's.
     with pytest.raises(ConversationBusy):
-        agent(on_busy="refuse").run("q", turn_id="t1", timeout=WAIT)
+        agent(on_busy="refuse", name="refuser").run("q", turn_id="t1", timeout=WAIT)
     assert model.asked == 1
 
     retry = agent()

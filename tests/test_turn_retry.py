@@ -82,8 +82,13 @@ def held_tool() -> tuple[threading.Event, threading.Event, Any]:
     return entered, release, slow_add
 
 
-def start(store: Any, model: Any, agents: list[AgentHandle], tools: Any = (add,)) -> AgentHandle:
+def start(
+    store: Any, model: Any, agents: list[AgentHandle], tools: Any = (add,), name: str | None = None
+) -> AgentHandle:
+    # Two agents of one conversation (a successor beside a frozen owner) need names of
+    # their own: without one, an agent's name is its conversation's.
     agent = Agent.start(
+        name=name,
         llm=ScriptedModel(model),
         memory=DefaultProvider(store),
         conversation_id=CONV_ID,
@@ -121,7 +126,7 @@ def test_a_finished_turn_run_again_after_later_turns_answers_with_its_own_messag
     agent = start(store, model, agents)
     first = agent.run("what is 2+3?", turn_id="t1")
     second = agent.run("what is 2+3 again?", turn_id="t2")
-    plain = start(store, lambda messages: "noted", agents, tools=())
+    plain = start(store, lambda messages: "noted", agents, tools=(), name="plain")
     third = plain.run("thanks", turn_id="t3")
     for turn, text in ((first, "what is 2+3?"), (second, "what is 2+3 again?"), (third, "thanks")):
         again = agent.run(text, turn_id=turn_id_of(turn, store))

@@ -20,6 +20,7 @@ from ._errors import (
     StartIgnored,
     TableError,
     is_normal_exit,
+    is_reason,
     is_shutdown,
 )
 from ._genserver import GenServer, ReplyTo, reply, reply_error
@@ -28,11 +29,13 @@ from ._heirs import adopt_kept_tables, new_table
 from ._keeper import TableKeeper, claim_table
 from ._names import registered
 from ._node import current, live_processes, on_exit, stop_all
+from ._requests import is_tagged, split_request
 from ._scheduler import runtime_thread
 from ._shell import GreenletActor
 from ._signals import IGNORE, NO_REPLY, Down, Exit, Pid, Stop, TableTransfer
 from ._sysmon import HogReport, add_hog_listener, remove_hog_listener
 from ._tables import Table, give_away, set_heir, writing_for
+from ._timers import Timer, cancel_timer, send_after
 from ._waits import Event, sleep
 from ._waits import run_blocking as _run_blocking
 
@@ -67,15 +70,19 @@ __all__ = [
     "TableError",
     "TableKeeper",
     "TableTransfer",
+    "Timer",
     "add_hog_listener",
     "adopt_kept_tables",
     "blocking",
+    "cancel_timer",
     "claim_table",
     "current",
     "demonitor",
     "give_away",
     "is_normal_exit",
+    "is_reason",
     "is_shutdown",
+    "is_tagged",
     "link",
     "live_processes",
     "monitor",
@@ -88,8 +95,10 @@ __all__ = [
     "reply_error",
     "runtime_thread",
     "self_handle",
+    "send_after",
     "set_heir",
     "sleep",
+    "split_request",
     "stop_all",
     "unlink",
     "unregister",

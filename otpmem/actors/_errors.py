@@ -20,16 +20,25 @@ SHUTDOWN = "shutdown"
 KILLED = "killed"
 
 
+def is_reason(reason: ExitReason, name: str) -> bool:
+    """True if ``reason`` is the str ``name`` (``NORMAL``, ``SHUTDOWN``, ``KILLED``).
+
+    An exit reason is whatever a process exited with, a caller's object included: only an
+    exact str is compared, so no reason's own ``__eq__`` runs on a dying process's path.
+    """
+    return type(reason) is str and reason == name
+
+
 def is_shutdown(reason: ExitReason) -> bool:
     """True for ``"shutdown"`` and ``("shutdown", detail)``."""
-    return reason == SHUTDOWN or (
-        isinstance(reason, tuple) and len(reason) == 2 and reason[0] == SHUTDOWN
+    return is_reason(reason, SHUTDOWN) or (
+        type(reason) is tuple and len(reason) == 2 and is_reason(reason[0], SHUTDOWN)
     )
 
 
 def is_normal_exit(reason: ExitReason) -> bool:
     """True for the reasons OTP treats as a clean exit: normal, shutdown, (shutdown, x)."""
-    return reason == NORMAL or is_shutdown(reason)
+    return is_reason(reason, NORMAL) or is_shutdown(reason)
 
 
 class ActorError(Exception):

@@ -9,6 +9,7 @@ from ._genserver import GenServer
 from ._handle import Handle
 from ._heirs import adopt_kept_tables
 from ._node import current
+from ._requests import split_request
 from ._signals import TableTransfer
 from ._tables import Table, transfer
 
@@ -33,24 +34,24 @@ class TableKeeper(GenServer):
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
-        if not (isinstance(message, tuple) and len(message) == 2):
-            raise ValueError(f"TableKeeper does not understand {short_repr(message)}")
-        kind, name = message
-        if kind == "claim":
-            if not isinstance(name, str):
-                raise ValueError(f"TableKeeper: a table name is a str, got {short_repr(name)}")
-            table = self.kept.pop(name, None)
-            caller = self.caller().caller
-            if table is None or caller is None:
-                return None
-            # The claimer gets the table as the reply, so no TableTransfer message follows.
-            if not transfer(table, self._process, caller, None, notify=False):
-                self.kept[name] = table
-                return None
-            return table
+        # ("held", anything): the names it holds (the argument is the pair's, and unused).
+        kind, args = split_request(message, "TableKeeper", {"claim": (1,), "held": (0, 1)})
         if kind == "held":
             return sorted(self.kept)
-        raise ValueError(f"TableKeeper does not understand {short_repr(message)}")
+        name = args[0]
+        if type(name) is not str:
+            raise ValueError(f"TableKeeper: a table name is a str, got {short_repr(name)}")
+        caller = self.caller().caller
+        if caller is None:  # claim_table refuses a plain thread before it asks
+            raise ValueError("TableKeeper: a table is claimed from inside a process")
+        table = self.kept.pop(name, None)
+        if table is None:
+            return None
+        # The claimer gets the table as the reply, so no TableTransfer message follows.
+        if not transfer(table, self._process, caller, None, notify=False):
+            self.kept[name] = table
+            return None
+        return table
 
 
 def claim_table(keeper: Handle, name: str, timeout: float = 5.0) -> Table[Any, Any] | None:

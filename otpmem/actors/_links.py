@@ -13,7 +13,7 @@ import itertools
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ._errors import NORMAL, ExitReason
+from ._errors import NORMAL, ExitReason, is_reason
 from ._signals import Down, Exit, Pid
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class Linked:
             self.request_shutdown(reason)
         elif self.trap_exits:
             self.send(Exit(source, reason))
-        elif reason != NORMAL:
+        elif not is_reason(reason, NORMAL):
             self.signal_kill(reason)
 
     def tell_exit(self, reason: ExitReason) -> None:

@@ -357,5 +357,8 @@ def running_process() -> Any:
 
 
 def runtime_thread(thread: threading.Thread) -> bool:
-    """True for the runtime's own long-lived threads (schedulers, monitor, blocking pool)."""
-    return thread.name.startswith(("otpmem-scheduler-", "otpmem-sysmon", "otpmem-blocking"))
+    """True for the runtime's own long-lived threads (schedulers, monitor, blocking pool,
+    timers)."""
+    return thread.name.startswith(
+        ("otpmem-scheduler-", "otpmem-sysmon", "otpmem-blocking", "otpmem-timers")
+    )

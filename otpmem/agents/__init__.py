@@ -1,13 +1,16 @@
 """Agents: LLM tool loops as supervised servers over conversation memory."""
 
 from ._config import MEMORY_FORMS, Callbacks, ConversationBusy, resolve_memory
+from ._handle import IDLE_EXIT, AgentHandle, TurnResult, agent_name, set_activation
 from ._options import AgentOptions
-from .agent import Agent, AgentHandle, TurnResult
-from .errors import TurnCleared, TurnFailed, TurnIdReused
+from .agent import Agent
+from .errors import AgentAlreadyStarted, TurnCleared, TurnFailed, TurnIdReused
 
 __all__ = [
+    "IDLE_EXIT",
     "MEMORY_FORMS",
     "Agent",
+    "AgentAlreadyStarted",
     "AgentHandle",
     "AgentOptions",
     "Callbacks",
@@ -16,5 +19,7 @@ __all__ = [
     "TurnFailed",
     "TurnIdReused",
     "TurnResult",
+    "agent_name",
     "resolve_memory",
+    "set_activation",
 ]

@@ -4,7 +4,9 @@ in front of it, checked against the guardrails before anything goes out.
 The order, for every call of a turn (tool rounds included): ``provider.prepare(history)``
 (pure), then the profile and facts as pinned system messages before it (never stored:
 they exist only in the list sent), then the guardrails over exactly what would be sent,
-the system prompt included. A violation raises before the model is called.
+the system prompt included. A violation raises before the model is called. The budgets'
+share of the call is held in the store from then until ``settle``: the agent settles once
+the call's answer is stored, or the turn ends.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..guardrails import Policy, Request, UsageReader, check_guardrails, check_policies
+from ..guardrails import Guardrails, Held, Policy, Request, UsageReader, check_policies
 from ..guardrails import check_store as check_usage_store
 from ..memory import BasicMemoryProvider, LongTermMemory, StoreProvider
 from ..messages import Conv, short_repr
@@ -21,7 +23,17 @@ from ..messages import Conv, short_repr
 class TurnContext:
     """Builds the messages of one model call (see the module docstring)."""
 
-    __slots__ = ("conv", "inject", "ltm", "policies", "provider", "store", "system_prompt")
+    __slots__ = (
+        "conv",
+        "guard",
+        "held",
+        "inject",
+        "ltm",
+        "policies",
+        "provider",
+        "store",
+        "system_prompt",
+    )
 
     def __init__(
         self,
@@ -41,10 +53,13 @@ class TurnContext:
         self.inject = ltm is not None and _own_ltm(provider) is None
         self.policies = tuple(policies)
         self.store = store
+        self.guard = None if store is None else Guardrails(self.policies, store)
+        self.held: Held | None = None  # the hold of the call last built, until settled
 
     def build(self, history: Sequence[Mapping[str, Any]]) -> tuple[list[Any], str | None]:
         """The messages to send and the system prompt to put first; ``PolicyViolation``
-        if a guardrail refuses them."""
+        if a guardrail refuses them. The call's budgets are held until ``settle``."""
+        self.settle()  # the call before this one has answered
         provider = self.provider
         to_send = list(provider.prepare(self.conv, history) if provider else history)
         if self.inject:
@@ -52,14 +67,22 @@ class TurnContext:
             to_send = self.ltm.inject(to_send, self.conv.user_id)
         if not self.policies:
             return to_send, self.system_prompt
-        assert self.store is not None
+        assert self.guard is not None
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         request = Request([*head, *to_send], self.conv)
-        checked = check_guardrails(request, self.policies, self.store)
+        admitted = self.guard.admit(request)
+        self.held = admitted.held
+        checked = admitted.request
         if checked is request:
             return to_send, self.system_prompt
         # A policy rewrote the messages: send exactly what it returned, prompt included.
         return list(checked.messages), None
+
+    def settle(self) -> None:
+        """Release the hold of the call last built: its answer is stored, or it failed."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.release()
 
 
 def _own_ltm(provider: BasicMemoryProvider | None) -> LongTermMemory | None:

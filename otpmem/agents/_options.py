@@ -8,6 +8,7 @@ here is a parameter of all four, typed, with its default.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
@@ -20,9 +21,10 @@ from ..messages import Conv, as_conv, check_user_id
 from ..protocols import conforms
 from ._config import Callbacks, as_callbacks, resolve_memory
 from ._context import TurnContext, turn_context
+from ._handle import agent_name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AgentOptions:
     """What an agent is started with; every option is checked at start, not later.
 
@@ -37,8 +39,11 @@ class AgentOptions:
     checked before every model call (``PolicyViolation`` to the caller, the agent stays
     up). ``long_term_memory``: a ``LongTermMemory`` injected before the history and
     extracted per its trigger. ``pricing``: the cost recorded with each answer's usage
-    when the model reports none. ``name``: the name the agent's process is registered
-    under (None: none).
+    when the model reports none. ``name``: the agent's identity, the name its process
+    registers under (None: ``agent_name(conversation)``, so the handle of a conversation's
+    agent follows it across restarts). ``idle_timeout``: seconds without a call after
+    which the agent stops (None: never); an agent the application knows is activated
+    again by its next call, with its history from the store.
     """
 
     llm: ChatModel
@@ -58,6 +63,7 @@ class AgentOptions:
     long_term_memory: Any = None
     pricing: Pricing | None = None
     name: str | None = None
+    idle_timeout: float | None = None
 
 
 @dataclass
@@ -74,13 +80,29 @@ class AgentConfig:
     on_busy: str
     busy_timeout: float
     agent_name: str
+    name: str
+    idle_timeout: float | None
+
+
+IDENTITY_FIELDS = ("conversation_id", "user_id", "name")
+"""The options that say which agent this is; the others say how it runs."""
+
+
+def conversation_of(options: AgentOptions) -> Conv:
+    """The conversation the options name (a fresh ``conv-...`` id when they name none)."""
+    conv_id = options.conversation_id or f"conv-{uuid.uuid4().hex[:16]}"
+    return as_conv(Conv(check_user_id(options.user_id), conv_id))
+
+
+def identity(options: AgentOptions) -> str:
+    """The name the agent of ``options`` registers under (its conversation must be set)."""
+    return _check_name(options.name, conversation_of(options))
 
 
 def configure(options: AgentOptions) -> AgentConfig:
     """Every option checked and built, before any process exists."""
     provider = resolve_memory(options.memory)
-    conv_id = options.conversation_id or f"conv-{uuid.uuid4().hex[:16]}"
-    conv = as_conv(Conv(check_user_id(options.user_id), conv_id))
+    conv = conversation_of(options)
     prompt = _check_prompt(options.system_prompt)
     kernel = Kernel(
         options.llm,
@@ -101,6 +123,8 @@ def configure(options: AgentOptions) -> AgentConfig:
         on_busy=_check_busy(options.on_busy),
         busy_timeout=options.busy_timeout,
         agent_name=options.agent_name,
+        name=_check_name(options.name, conv),
+        idle_timeout=_check_idle(options.idle_timeout),
     )
     if config.provider is not None and config.kernel.memory is not None:
         raise ValueError(
@@ -116,6 +140,27 @@ def _check_prompt(prompt: Any) -> str | None:
     if not isinstance(prompt, str):
         raise TypeError(f"system_prompt must be a str, got {prompt!r}")
     return prompt
+
+
+def _check_name(name: Any, conv: Conv) -> str:
+    if name is None:
+        return agent_name(conv)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str (the agent's identity), got {name!r}")
+    return name
+
+
+def _check_idle(idle_timeout: Any) -> float | None:
+    if idle_timeout is None:
+        return None
+    if (
+        isinstance(idle_timeout, bool)
+        or not isinstance(idle_timeout, int | float)
+        or not math.isfinite(idle_timeout)
+        or idle_timeout <= 0
+    ):
+        raise ValueError(f"idle_timeout must be None or seconds > 0, got {idle_timeout!r}")
+    return float(idle_timeout)
 
 
 def _check_busy(on_busy: Any) -> str:

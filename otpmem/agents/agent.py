@@ -11,12 +11,23 @@ turn retried with its ``turn_id`` continues from what it stored and stores nothi
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
-from collections.abc import Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterator
 from typing import Any
 
-from ..actors import ExitReason, GenServer, Handle
+from ..actors import (
+    AlreadyStarted,
+    ExitReason,
+    GenServer,
+    Stop,
+    Timer,
+    cancel_timer,
+    current,
+    on_exit,
+    send_after,
+    split_request,
+)
 from ..guardrails import PolicyViolation
 from ..kernel import Context, MaxToolIterations
 from ..llm import ChatResponse
@@ -24,60 +35,13 @@ from ..memory import CANCELLED
 from ..messages import InvalidMessage, short_repr, validate
 from ..protocols import method_parameters_of
 from ._config import ConversationBusy
+from ._handle import IDLE_EXIT, RUN_TIMEOUT, AgentHandle, TurnResult, arrived, departed
 from ._options import AgentConfig, AgentOptions, configure
 from ._turn import TurnWriter, check_retry, check_turn_id, dangling, messages_from
 from ._writers import writer_key, writers
-from .errors import TurnFailed, TurnIdReused
+from .errors import AgentAlreadyStarted, TurnFailed, TurnIdReused
 
-RUN_TIMEOUT = 300.0
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    """A finished turn: the answer, and every message the turn added, in order."""
-
-    content: str | None
-    messages: list[dict[str, Any]]
-    response: ChatResponse
-    iterations: int
-    tool_calls: int = 0
-    healed: list[str] = field(default_factory=list)
-
-
-class AgentHandle(Handle):
-    """A handle to an Agent: ``run`` a turn, read or clear its conversation."""
-
-    __slots__ = ()
-
-    def run(
-        self, text: str, timeout: float | None = RUN_TIMEOUT, turn_id: str | None = None
-    ) -> TurnResult:
-        """Run one turn with user message ``text``; ``TurnFailed`` if it cannot finish.
-
-        Give a ``turn_id`` to make the turn safe to retry: run again with the same id after
-        ``ServerExited`` or ``CallTimeout``, the turn continues from what it stored (a turn
-        that finished answers again without calling the model) and stores nothing twice.
-        """
-        result: TurnResult = self.call(("run", text, check_turn_id(turn_id)), timeout)
-        return result
-
-    def messages(self, timeout: float | None = 5.0) -> list[dict[str, Any]]:
-        """The conversation's stored messages ([] without memory)."""
-        result: list[dict[str, Any]] = self.call(("messages",), timeout)
-        return result
-
-    def add_message(self, message: Mapping[str, Any], timeout: float | None = 5.0) -> None:
-        """Store one message in the conversation (nothing without memory)."""
-        self.call(("add_message", message), timeout)
-
-    def clear_messages(self, timeout: float | None = 5.0) -> None:
-        """Forget the conversation."""
-        self.call(("clear",), timeout)
-
-    def info(self, timeout: float | None = 5.0) -> dict[str, Any]:
-        """Conversation, turn count and settings."""
-        result: dict[str, Any] = self.call(("info",), timeout)
-        return result
+_IDLE_CHECK = ("otpmem.agent", "idle?")
 
 
 class Agent(GenServer[AgentHandle]):
@@ -104,26 +68,67 @@ class Agent(GenServer[AgentHandle]):
     def start_link(cls, *args: Any, **kwargs: Any) -> AgentHandle:
         """Start an agent linked to the caller, with ``AgentOptions``' parameters: every
         one is checked here, not later."""
-        options = AgentOptions(*args, **kwargs)
-        config, name = configure(options), options.name
-        return cls.spawn((config,), {}, link=True, name=name)
+        return cls._start(AgentOptions(*args, **kwargs), link=True)
 
     @classmethod
     @method_parameters_of(AgentOptions)
     def start(cls, *args: Any, **kwargs: Any) -> AgentHandle:
         """Like ``start_link`` (the same parameters), without the link: nobody is told when
         it exits."""
-        options = AgentOptions(*args, **kwargs)
-        config, name = configure(options), options.name
-        return cls.spawn((config,), {}, link=False, name=name)
+        return cls._start(AgentOptions(*args, **kwargs), link=False)
+
+    @classmethod
+    def _start(cls, options: AgentOptions, link: bool) -> AgentHandle:
+        config = configure(options)
+        try:
+            spawned = cls.spawn((config,), {}, link=link, name=config.name)
+        except AlreadyStarted as taken:
+            raise AgentAlreadyStarted(config.name, taken.holder) from None
+        # By identity: the handle follows the agent across restarts and activations.
+        handle = AgentHandle.named(config.name)
+        handle._process = spawned.process_or_none()
+        return handle
 
     def init(self, config: AgentConfig) -> None:
         self.config = config
         self.turns = 0
+        process = current()
+        assert process is not None
+        name = config.name
+        # Idleness is checked when a timer fires, not re-armed on every call: an agent that
+        # is busy costs one timer per idle_timeout, whatever its rate of calls.
+        self.last_call = time.monotonic()
+        self.idle_timer: Timer | None = None
+        arrived(name)
+        on_exit(lambda: self._exiting(name, process))
+        if config.idle_timeout is not None:
+            self.idle_timer = send_after(config.idle_timeout, self.handle, _IDLE_CHECK)
         # Turn ids of our own making: this incarnation's random prefix and a count, unique
         # as uuid4s are (a restarted agent draws a new prefix) at a fraction of the cost.
         # Drawn at the first turn: an idle agent (a million of them) holds none of it.
         self.turn_ids: Iterator[str] | None = None
+
+    def _exiting(self, name: str, process: Any) -> None:
+        if self.idle_timer is not None:
+            cancel_timer(self.idle_timer)
+        if not self.idled:  # an idle stop is never restarted: nothing to wait for
+            departed(name, process)
+
+    idled = False
+
+    def handle_info(self, message: Any) -> Any:
+        if message is _IDLE_CHECK and self.config.idle_timeout is not None:
+            idle_for = time.monotonic() - self.last_call
+            if idle_for >= self.config.idle_timeout and not self._process.mailbox:
+                self.idled = True
+                return Stop(IDLE_EXIT)
+            # Busy (a call is queued) or not idle long enough: look again when it could be.
+            left = self.config.idle_timeout - idle_for
+            self.idle_timer = send_after(
+                left if left > 0 else self.config.idle_timeout, self.handle, _IDLE_CHECK
+            )
+            return None
+        return super().handle_info(message)
 
     def terminate(self, reason: ExitReason) -> None:
         ltm = self.config.sending.ltm
@@ -131,10 +136,11 @@ class Agent(GenServer[AgentHandle]):
             ltm.notify("close", self.config.conv)  # trigger="on_close"; never raises
 
     def handle_call(self, message: Any) -> Any:
-        if not isinstance(message, tuple) or not message:
-            raise ValueError(f"Agent does not understand {short_repr(message)}")
-        kind, *args = message
+        # The door: a tuple of a known operation and its arguments, compared as exact types.
+        requests = {"run": (1, 2), "messages": (0,), "add_message": (1,), "clear": (0,)}
+        kind, args = split_request(message, "Agent", {**requests, "info": (0,)})
         provider, conv = self.config.provider, self.config.conv
+        self.last_call = time.monotonic()
         if kind == "run":
             return self._turn(*args)
         if kind == "messages":
@@ -184,6 +190,7 @@ class Agent(GenServer[AgentHandle]):
             finally:
                 if key is not None:
                     writers.release(key)
+                config.sending.settle()  # a hold a failed call left
         except Exception as exc:
             config.callbacks.fire("on_turn_error", meta, exc)
             if isinstance(exc, TurnFailed | InvalidMessage | TurnIdReused | PolicyViolation):
@@ -272,6 +279,7 @@ class Agent(GenServer[AgentHandle]):
             config.callbacks.fire("on_model_result", meta, response)
             if response.content is not None or response.tool_calls:
                 self._store(writer, [response.to_message()], history, added)
+            config.sending.settle()  # the answer's usage is recorded: its hold goes
 
     def _build(
         self, history: list[Any], stored: list[dict[str, Any]]
@@ -292,3 +300,6 @@ class Agent(GenServer[AgentHandle]):
         writer.store(messages)
         history.extend(messages)
         added.extend(messages)
+
+
+__all__ = ["RUN_TIMEOUT", "Agent", "AgentHandle", "TurnResult"]

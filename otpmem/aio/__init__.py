@@ -71,6 +71,12 @@ async def start_agent(*args: Any, **kwargs: Any) -> AsyncAgent:
     return AsyncAgent(await run(app.start_agent, *args, **kwargs))
 
 
+@parameters_of(AgentOptions)
+async def define_agent(*args: Any, **kwargs: Any) -> AsyncAgent:
+    """``otpmem.define_agent(...)``, awaited: a known agent its first call activates."""
+    return AsyncAgent(await run(app.define_agent, *args, **kwargs))
+
+
 async def default_store() -> AsyncStore:
     """``otpmem.default_store()``, awaited, as an ``AsyncStore``."""
     return AsyncStore(await run(_default_store))
@@ -90,6 +96,7 @@ __all__ = [
     "awaitable",
     "call",
     "default_store",
+    "define_agent",
     "new_turn_id",
     "run",
     "running",

@@ -106,6 +106,8 @@ class _Task(GenServer):
     def handle_cast(
         self, job: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]
     ) -> Any:
+        if not (type(job) is tuple and len(job) == 4 and type(job[3]) is _FutureSlot):
+            return super().handle_cast(job)  # not the job run() sends: a warning, no crash
         fn, args, kwargs, slot = job
         try:
             result = fn(*args, **kwargs)

@@ -4,6 +4,7 @@
 
     otpmem simulate --agents 20 --turns 10 --chaos 0.05 --seed 1 --data run
     otpmem simulate --data run --resume
+    otpmem simulate --replay run --workers 1
     otpmem inspect run [CONV] [--user U] [--last N]
     otpmem export run (CONV [--user U] | --user U | --all) [-o FILE]
     otpmem import run FILE            (FILE may be -, stdin)
@@ -11,8 +12,8 @@
     otpmem completion bash|zsh|fish
 
 One module per command (``simulate_command``, ``read_commands``, ``import_command``,
-``completion``); ``errors`` holds what every failure prints and its exit status,
-``output`` where things are written.
+``completion``); ``run_flags`` what ``run.json`` keeps of simulate's flags, ``errors``
+what every failure prints and its exit status, ``output`` where things are written.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``otpmem simulate``: supervised agents under chaos, audited for loss; resumable."""
+"""``otpmem simulate``: supervised agents under chaos, audited for loss; resumable, and
+replayable (``--replay``: another run's parameters and fault schedule, in a new run)."""
 
 from __future__ import annotations
 
@@ -15,85 +16,19 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..simulate import PARAMS, ModelFailed, RunParams, Simulation, SimulationReport
+from ..simulate import ModelFailed, RunParams, Simulation, SimulationReport, replayable
 from . import nodes_options
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, CommandError, guarded
 from .output import hint, line, screen, stdout_is_terminal
 from .progress import make_progress
-
-DEFAULT_BASE_URL = "http://localhost:8000/v1"
-DEFAULT_MODEL_NAME = "gpt-4o-mini"
-# The options a run keeps in run.json, by their name in the command's parameters.
-RUN_FLAGS = {
-    "agents": "--agents",
-    "turns": "--turns",
-    "chaos": "--chaos",
-    "seed": "--seed",
-    "model": "--model",
-    "base_url": "--base-url",
-    "model_name": "--model-name",
-    "store": "--store",
-    "nodes": "--nodes",
-}
-
-
-def _flags_of(params: RunParams) -> dict[str, Any]:
-    return {
-        "agents": params.agents,
-        "turns": params.turns,
-        "chaos": params.chaos,
-        "seed": params.seed,
-        "model": params.model.get("kind", "scripted"),
-        "base_url": params.model.get("base_url", DEFAULT_BASE_URL),
-        "model_name": params.model.get("name", DEFAULT_MODEL_NAME),
-        "store": nodes_options.store_flag(params),
-        "nodes": params.nodes,
-    }
-
-
-def _model_info(flags: dict[str, Any]) -> dict[str, str]:
-    if flags["model"] == "scripted":
-        return {"kind": "scripted"}
-    return {"kind": "openai", "base_url": flags["base_url"], "name": flags["model_name"]}
-
-
-def resumed_flags(data: Path, flags: dict[str, Any], given: set[str]) -> dict[str, Any]:
-    """The run's own parameters (from run.json); a flag given that contradicts one is a
-    usage error naming both values."""
-    stored = RunParams.load(data)
-    if stored is None:
-        return flags  # a run from before run.json: the flags say what it was
-    kept = _flags_of(stored)
-
-    def differs(name: str) -> bool:
-        if name == "store":
-            return not nodes_options.same_store(flags[name], kept[name])
-        return bool(flags[name] != kept[name])
-
-    conflicts = [
-        f"{RUN_FLAGS[name]} {_shown(name, flags[name])} contradicts the run's "
-        f"{RUN_FLAGS[name]} {kept[name]}"
-        for name in RUN_FLAGS
-        if name in given and differs(name)
-    ]
-    if conflicts:
-        raise CommandError(
-            "; ".join(conflicts) + f" (kept in {data / PARAMS}): --resume continues the run "
-            "as it was started, so drop the flag, or start a new run in another directory"
-        )
-    kept["store"] = nodes_options.resumed_store(
-        flags["store"] if "store" in given else None, kept["store"]
-    )
-    return kept
-
-
-def _shown(name: str, value: Any) -> Any:
-    """A flag's value fit for a message: a DSN's password hidden."""
-    if name != "store":
-        return value
-    from ..stores.postgres import redact
-
-    return redact(str(value))
+from .run_flags import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MODEL_NAME,
+    RUN_FLAGS,
+    model_info,
+    replayed_flags,
+    resumed_flags,
+)
 
 
 @contextmanager
@@ -154,13 +89,30 @@ def print_report(report: SimulationReport, as_json: bool) -> None:
     "it was started with, then audit both parts.",
 )
 @click.option(
+    "--replay",
+    "replay_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="RUN",
+    help="Run the run in directory RUN again, as a new run in --data (or a new temporary "
+    "directory): its parameters and the fault schedule its run.json recorded, so the same "
+    "faults at the same turns give the same restarts and audit, at any --workers. LevelDB "
+    "runs only.  [default: none]",
+)
+@click.option(
     "--chaos",
     type=click.FloatRange(0.0, 1.0),
     default=0.0,
     help="Probability of a fault after each turn: a store kill or crash, an agent kill, or a "
     "crash-on-message plan.",
 )
-@click.option("--seed", type=int, default=0, help="Seed of the chaos: a seed, a run.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    help="Seed of the chaos: each turn's fault is drawn from it and the turn's agent and "
+    "number, so a seed gives the same faults at any --workers.",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -232,6 +184,7 @@ def simulate(
     turns: int,
     data: Path | None,
     resume: bool,
+    replay_dir: Path | None,
     chaos: float,
     seed: int,
     workers: int,
@@ -259,6 +212,7 @@ def simulate(
     \b
     otpmem simulate --agents 20 --turns 10 --chaos 0.05 --data run
     otpmem simulate --data run --resume
+    otpmem simulate --replay run --workers 1 --data run-again
     otpmem simulate --store postgres --nodes 2 --chaos 0.1 --data run2
     """
     ctx = click.get_current_context()
@@ -267,6 +221,7 @@ def simulate(
         raise CommandError("--resume needs --data DIR: the directory of the run to continue")
     if data is not None and data.exists() and not data.is_dir():
         raise CommandError(f"--data {data} is a file; a run needs a directory of its own")
+    replayed = _replayed(replay_dir, data, resume)
     if report_path is not None:
         from .html_report import check_available
 
@@ -287,6 +242,9 @@ def simulate(
     if resume:
         assert data is not None
         flags = resumed_flags(data, flags, given)
+    if replayed is not None:
+        assert replay_dir is not None
+        flags = replayed_flags(replay_dir, replayed, flags, given)
     nodes_options.check(flags["store"], flags["nodes"], cluster)
     nodes_options.check_in_process(
         flags["store"], budget=budget_tokens, observe=observe_port is not None or live
@@ -317,7 +275,7 @@ def simulate(
         "progress": progress.advance,
         "on_started": progress.start,
         "on_retry": hint,
-        "model_info": _model_info(flags),
+        "model_info": model_info(flags),
         "budget_tokens": budget_tokens,
     }
     simulation: Simulation
@@ -333,6 +291,9 @@ def simulate(
             cluster=cluster,
             lease_ttl=lease_seconds,
         )
+    elif replayed is not None and replay_dir is not None:
+        replay_of = str(replay_dir.resolve())
+        simulation = Simulation(**common, schedule=replayed.schedule, replay_of=replay_of)
     else:
         simulation = Simulation(**common)
     try:
@@ -361,6 +322,24 @@ def simulate(
     if report.ok:
         return 0
     return EXIT_INTERRUPTED if report.interrupted and not report.lost else EXIT_FAILED
+
+
+def _replayed(replay_dir: Path | None, data: Path | None, resume: bool) -> RunParams | None:
+    """The run ``--replay`` names (its parameters and schedule), once it can be replayed."""
+    if replay_dir is None:
+        return None
+    if resume:
+        raise CommandError(
+            "--replay runs another run again as a new run; --resume continues the run in "
+            "--data: give one of them"
+        )
+    replayed = replayable(replay_dir)
+    if data is not None and data.exists() and data.resolve() == replay_dir.resolve():
+        raise CommandError(
+            f"--data {data} is the run --replay runs again; a replay is a new run: give "
+            "--data a new or empty directory, or leave it out for a temporary one"
+        )
+    return replayed
 
 
 __all__ = ["resumed_flags", "simulate", "stopping_on_ctrl_c"]

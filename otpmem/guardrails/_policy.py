@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast, runtime_checkable
 
+from ..frozen import FrozenDict
+from ..memory import TokenCounter
 from ..messages import Conv, ConvLike, as_conv, short_repr
 from ..protocols import conforms
 from ..stores import Usage
@@ -79,13 +81,23 @@ class Policy(Protocol):
 
 class _Reads:
     """One check's view of the store: a usage read twice (two budgets of one scope) is
-    read once, so two guardrails cost one lookup, not two."""
+    read once, so two guardrails cost one lookup, not two; so are the tokens of one list
+    of messages counted twice by one counter."""
 
-    __slots__ = ("_seen", "store")
+    __slots__ = ("_counted", "_seen", "store")
 
     def __init__(self, store: UsageReader) -> None:
         self.store = store
         self._seen: dict[tuple[Any, ...], Usage] = {}
+        self._counted: dict[tuple[int, int], tuple[object, int]] = {}
+
+    def count(self, counter: TokenCounter, messages: Sequence[Mapping[str, Any]]) -> int:
+        """``count_all(counter, messages)``, counted once per check."""
+        key = (id(counter), id(messages))
+        found = self._counted.get(key)
+        if found is None or found[0] is not messages:
+            found = self._counted[key] = (messages, count_messages(counter, messages))
+        return found[1]
 
     def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
         """The conversation's recorded usage (read once per check)."""
@@ -102,6 +114,38 @@ class _Reads:
         if found is None:
             found = self._seen[key] = self.store.user_usage(user_id, since)
         return found
+
+
+def counted(
+    store: UsageReader, counter: TokenCounter, messages: Sequence[Mapping[str, Any]]
+) -> int:
+    """The tokens of ``messages``; counted once per check when ``store`` is its view."""
+    if isinstance(store, _Reads):
+        return store.count(counter, messages)
+    return count_messages(counter, messages)
+
+
+MEMO_SIZE = 4096
+_memo: dict[tuple[int, int], tuple[object, object, int]] = {}
+
+
+def count_messages(counter: TokenCounter, messages: Iterable[Mapping[str, Any]]) -> int:
+    """``count_all``, remembering the count of every read-only message (a stored one, which
+    cannot change): a budget holding each call of a long conversation counts its history
+    once, not at every call (measured: most of what a hold cost a MemoryStore turn)."""
+    total = 0
+    for message in messages:
+        if not isinstance(message, FrozenDict):
+            total += counter.count(message)
+            continue
+        key = (id(counter), id(message))
+        hit = _memo.get(key)
+        if hit is None or hit[0] is not message or hit[1] is not counter:
+            if len(_memo) >= MEMO_SIZE:
+                _memo.clear()  # bounded: a cleared memo only counts again
+            hit = _memo[key] = (message, counter, counter.count(message))
+        total += hit[2]
+    return total
 
 
 def check_policies(policies: Iterable[object]) -> tuple[Policy, ...]:
@@ -134,12 +178,23 @@ def check_store(store: object) -> UsageReader:
 
 def check_guardrails(request: Request, policies: Sequence[Policy], store: UsageReader) -> Request:
     """Run every policy in order (each sees the request the one before returned); return
-    the request to send, or raise the first ``PolicyViolation``."""
+    the request to send, or raise the first ``PolicyViolation``. Nothing is held: see
+    ``admit`` for the check that holds under concurrency."""
     if not policies:
         return request
+    return run_policies(request, policies, store)
+
+
+Run = Callable[[Policy, Request, UsageReader], Request]
+
+
+def run_policies(
+    request: Request, policies: Sequence[Policy], store: UsageReader, run: Run | None = None
+) -> Request:
+    """Each policy in order over one view of the store, by ``run`` (default: its check)."""
     reads = _Reads(store)
     for policy in policies:
-        checked = policy.check(request, reads)
+        checked = policy.check(request, reads) if run is None else run(policy, request, reads)
         if not isinstance(checked, Request):
             raise TypeError(f"policy {policy!r} returned {short_repr(checked)}, not a Request")
         request = checked

@@ -17,7 +17,7 @@ with ``convert_to_messages``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -31,7 +31,7 @@ from langchain_core.messages import (
 
 from .. import aio
 from ..memory import safe_window
-from ..messages import ConvLike, as_conv, thaw
+from ..messages import ConvLike, as_conv, short_repr, thaw
 from ..stores import ChatMemory
 from .langchain_vectorstore import LangChainEmbedder, OtpmemVectorStore
 
@@ -40,7 +40,16 @@ LANGCHAIN_KEY = "langchain"
 
 
 def to_otpmem(message: BaseMessage) -> dict[str, Any]:
-    """A LangChain message as an otpmem message (OpenAI shape, LangChain's dict in metadata)."""
+    """A LangChain message as an otpmem message (OpenAI shape, LangChain's dict in metadata).
+
+    ``TypeError`` for anything but a LangChain message; what it holds is checked as every
+    message is when stored (``InvalidMessage`` names the field: NaN, nesting, types).
+    """
+    if not isinstance(message, BaseMessage):
+        raise TypeError(
+            f"a LangChain message (a BaseMessage) is expected, got {type(message).__name__}: "
+            f"{short_repr(message)}"
+        )
     converted = convert_to_openai_messages(message)
     assert isinstance(converted, dict)
     stored: dict[str, Any] = {k: v for k, v in converted.items() if v is not None}
@@ -90,8 +99,23 @@ class OtpmemChatMessageHistory(BaseChatMessageHistory):
         return [from_otpmem(m) for m in stored]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Store ``messages`` as one batch: all of them, or none if one is invalid."""
-        batch = [to_otpmem(m) for m in messages]
+        """Store ``messages`` as one batch: all of them, or none if one is invalid
+        (``TypeError`` for what is not a LangChain message, naming its position)."""
+        if isinstance(messages, str | bytes | Mapping | BaseMessage) or not isinstance(
+            messages, Iterable
+        ):
+            raise TypeError(
+                "add_messages takes a sequence of LangChain messages, got "
+                f"{type(messages).__name__}: {short_repr(messages)}"
+            )
+        batch = []
+        for n, message in enumerate(messages):
+            if not isinstance(message, BaseMessage):
+                raise TypeError(
+                    f"add_messages: messages[{n}] is a {type(message).__name__}, not a "
+                    f"LangChain message (BaseMessage): {short_repr(message)}"
+                )
+            batch.append(to_otpmem(message))
         if batch:
             self.store.add(self.conv, batch)
 

@@ -24,7 +24,7 @@ from langchain_core.vectorstores import VectorStore
 
 from .. import aio
 from ..memory.recall import RecallIndex, RecallIndexHandle
-from ..messages import Conv, check_user_id, thaw
+from ..messages import Conv, check_user_id, freeze_value, short_repr, thaw
 from ..stores import ChatMemory
 
 COLLECTION_PREFIX = "vectors:"
@@ -173,23 +173,34 @@ class OtpmemVectorStore(VectorStore):
     # -- writes -----------------------------------------------------------------------------
 
     def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
-        """Add (or overwrite, by id) documents; return their ids, in order."""
-        given = kwargs.get("ids")
-        named = [
-            str(given[i]) if given is not None and given[i] is not None else doc.id
-            for i, doc in enumerate(documents)
-        ]
+        """Add (or overwrite, by id) documents; return their ids, in order.
+
+        ``TypeError`` for what is not a ``Document`` or an id that is not a str, naming its
+        position; a document's metadata follows the rules of a message's (``InvalidMessage``
+        names the field: NaN, nesting deeper than ``MAX_DEPTH``, types JSON cannot carry).
+        """
+        documents = _sequence(documents, "documents")
+        metadatas = []
+        for n, doc in enumerate(documents):
+            if not isinstance(doc, Document) or type(doc.page_content) is not str:
+                raise TypeError(
+                    f"add_documents: documents[{n}] is not a Document with str page_content: "
+                    f"{short_repr(doc)}"
+                )
+            metadatas.append(thaw(freeze_value(doc.metadata, f"documents[{n}].metadata")))
+        given = _ids(kwargs.get("ids"), len(documents))
+        named = [given[n] if given is not None else doc.id for n, doc in enumerate(documents)]
         ids = [i if i else str(uuid.uuid4()) for i in named]
         live = self._catch_up()
         records = []
-        for doc_id, doc in zip(ids, documents, strict=True):
+        for doc_id, doc, metadata in zip(ids, documents, metadatas, strict=True):
             found = live.docs.get(doc_id)
             if found is not None and (found.document.page_content, found.document.metadata) == (
                 doc.page_content,
-                doc.metadata,
+                metadata,
             ):
                 continue  # the same document again: nothing to write
-            entry = {"id": doc_id, "rev": uuid.uuid4().hex, "metadata": dict(doc.metadata)}
+            entry = {"id": doc_id, "rev": uuid.uuid4().hex, "metadata": metadata}
             records.append(
                 {"role": "user", "content": doc.page_content, "metadata": {DOCUMENT_KEY: entry}}
             )
@@ -205,8 +216,10 @@ class OtpmemVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[str]:
         """Add texts (with their metadata and ids); return their ids."""
-        texts = list(texts)
-        metas = metadatas or [{} for _ in texts]
+        texts = _sequence(texts, "texts")
+        metas = [{} for _ in texts] if metadatas is None else _sequence(metadatas, "metadatas")
+        if len(metas) != len(texts):
+            raise ValueError(f"{len(texts)} texts were given {len(metas)} metadatas")
         docs = [Document(page_content=t, metadata=m) for t, m in zip(texts, metas, strict=True)]
         return self.add_documents(docs, ids=ids)
 
@@ -215,6 +228,7 @@ class OtpmemVectorStore(VectorStore):
         if ids is None:
             self.store.clear(self.conv)
             return True
+        ids = _ids(ids)
         live = self._catch_up()
         tombstones = [
             {
@@ -232,6 +246,7 @@ class OtpmemVectorStore(VectorStore):
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The live documents with these ids (missing ones left out), in the order asked."""
+        ids = _ids(ids)
         live = self._catch_up()
         return [_copy(live.docs[i].document) for i in ids if i in live.docs]
 
@@ -243,6 +258,8 @@ class OtpmemVectorStore(VectorStore):
         ``filter`` (a dict of metadata fields, or a callable of the ``Document``) narrows
         the documents searched.
         """
+        if type(k) is not int:
+            raise TypeError(f"k must be an int, got {short_repr(k)}")
         wanted = _document_filter(kwargs.get("filter"))
         live = self._catch_up()
         if not live.docs or k < 1:
@@ -319,6 +336,26 @@ class OtpmemVectorStore(VectorStore):
     async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
         """``similarity_search``, awaited."""
         return await aio.run(self.similarity_search, query, k, **kwargs)
+
+
+def _sequence(given: Any, what: str) -> list[Any]:
+    """``given`` as a list, if it is a sequence of items (a str is not one)."""
+    if isinstance(given, str | bytes | Mapping) or not isinstance(given, Iterable):
+        raise TypeError(f"{what} must be a list, got {type(given).__name__}: {short_repr(given)}")
+    return list(given)
+
+
+def _ids(given: Any, count: int | None = None) -> Any:
+    """Document ids: a list of str (None: let each be given one), ``count`` of them."""
+    if given is None and count is not None:
+        return None
+    ids = _sequence(given, "ids")
+    for n, doc_id in enumerate(ids):
+        if type(doc_id) is not str and (count is None or doc_id is not None):
+            raise TypeError(f"ids[{n}] must be a str, got {short_repr(doc_id)}")
+    if count is not None and len(ids) != count:
+        raise ValueError(f"{count} documents were given {len(ids)} ids")
+    return ids
 
 
 def _copy(document: Document) -> Document:

@@ -45,7 +45,7 @@ from langgraph.store.base.embed import get_text_at_path
 
 from .. import aio
 from ..memory.recall import RecallIndex, RecallIndexHandle
-from ..messages import Conv
+from ..messages import Conv, freeze_value, short_repr, thaw
 from ..stores import ChatMemory, Fact
 
 KEY_PREFIX = "langgraph:"
@@ -137,17 +137,23 @@ class OtpmemStore(BaseStore):
         return await aio.run(self.batch, list(ops))
 
     def _get(self, op: GetOp) -> Item | None:
+        _check_path(op.namespace, op.key)
         tenant = self._tenant(op.namespace)
         fact = self.store.get_fact(tenant, _fact_key(op.namespace, op.key))
         return None if fact is None else _item(op.namespace, op.key, fact, json.loads(fact.value))
 
     def _put(self, op: PutOp) -> None:
+        _check_path(op.namespace, op.key)
         tenant = self._tenant(op.namespace)
         key = _fact_key(op.namespace, op.key)
         if op.value is None:
             self.store.delete_fact(tenant, key)
             return
-        value = json.dumps(dict(op.value), sort_keys=True, separators=(",", ":"))
+        if not isinstance(op.value, dict):
+            raise TypeError(f"a LangGraph item's value is a dict, got {short_repr(op.value)}")
+        # The rules of a message's metadata (NaN, nesting, JSON types), as in every store.
+        checked = thaw(freeze_value(op.value, "value"))
+        value = json.dumps(checked, sort_keys=True, separators=(",", ":"), allow_nan=False)
         saved = self.store.save_fact(Fact(tenant, key, value), max_facts=self.max_items)
         fields = self.fields if op.index is None else op.index
         if fields is False or not fields:
@@ -161,11 +167,13 @@ class OtpmemStore(BaseStore):
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
+        _check_path(prefix)
         tenant = self._tenant(prefix)
+        wanted = None if op.filter is None else thaw(freeze_value(dict(op.filter), "filter"))
         items = {
             path: entry
             for path, entry in self._facts(tenant).items()
-            if path[: len(prefix)] == prefix and _matches(entry[1], op.filter)
+            if path[: len(prefix)] == prefix and _matches(entry[1], wanted)
         }
         ranked: list[tuple[tuple[str, ...], float | None]] = []
         if op.query:
@@ -226,6 +234,17 @@ class OtpmemStore(BaseStore):
 
     def _reach(self) -> int:
         return 0 if self.tenant_index is None else self.tenant_index + 1
+
+
+def _check_path(namespace: Any, key: object = "") -> None:
+    """A namespace is a tuple of non-empty str labels, a key a str (``TypeError`` naming it)."""
+    # Exact types: a subclass's __iter__ would be the caller's.
+    if type(namespace) not in (tuple, list) or not all(
+        type(label) is str and label for label in namespace
+    ):
+        raise TypeError(f"a namespace is a tuple of non-empty str, got {short_repr(namespace)}")
+    if type(key) is not str:
+        raise TypeError(f"an item key is a str, got {short_repr(key)}")
 
 
 def _fact_key(namespace: tuple[str, ...], key: str) -> str:

@@ -41,7 +41,8 @@ COUNTED_CONVERSATIONS = 20_000
 
 def label_of(value: object) -> str:
     """A child id or a name as shown: a str as it is, anything else as its repr."""
-    return value if isinstance(value, str) else short_repr(value)
+    # An exact str: a subclass's own __hash__ and __eq__ would run where labels are counted.
+    return value if type(value) is str else short_repr(value)
 
 
 def state_of(process: Process) -> str:

@@ -15,6 +15,8 @@ killed node, and once every conversation is done merges the nodes' ledgers
 from __future__ import annotations
 
 import json
+import random
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -96,6 +98,10 @@ class ClusterSimulation(Simulation):
         self._continued = 0
         self._node_errors: list[str] = []
         self._kills_pending = 0
+        # Node kills are drawn as progress is polled, not at a logical point: a run on
+        # many nodes keeps no schedule (see RunParams) and cannot be replayed.
+        self._rng = random.Random(self.seed)
+        self._rng_lock = threading.Lock()
 
     @property
     def params(self) -> RunParams:

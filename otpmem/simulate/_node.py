@@ -21,6 +21,7 @@ import contextlib
 import math
 import os
 import queue
+import random
 import signal
 import sys
 import threading
@@ -38,6 +39,7 @@ from ._conventions import USER_ID, Stopped, agent_index, agent_name, conv_id, re
 from ._files import Ledger
 from ._model import add, scripted_arithmetic
 from ._node_config import NodeConfig, ledger_path, write_summary
+from ._schedule import KILL_AGENT, Fault, Schedule
 from ._simulation import Simulation
 from ._timeline import Timeline
 
@@ -63,7 +65,11 @@ class NodeSimulation(Simulation):
             model_info=dict(config.model),
         )
         self.config = config
-        self._rng.seed(f"{config.seed}/node/{config.index}/{config.incarnation}")
+        # Every node draws the same schedule: a point's fault is the same wherever it runs.
+        self.schedule = Schedule.draw(config.seed, config.agents, config.turns, config.chaos)
+        # A kill_agent whose victim is not on this node hits one that is, drawn from here.
+        self._rng = random.Random(f"{config.seed}/node/{config.index}/{config.incarnation}")
+        self._rng_lock = threading.Lock()
         self._outer_stop = stop
         self._queue: queue.Queue[int] = queue.Queue()
         self._advances: queue.Queue[tuple[int, int]] = queue.Queue()
@@ -231,7 +237,7 @@ class NodeSimulation(Simulation):
         self._acknowledged()
         with self._state:
             self._acked_here += 1
-        self._maybe_fault()
+        self._maybe_fault(i, turn)
         # The lease's progress is recorded by the advancer, grouped with the other workers'
         # (one commit for many): the conversation's next turn waits for it, no worker does.
         self._advances.put((i, turn + 1))
@@ -303,8 +309,11 @@ class NodeSimulation(Simulation):
         self._check_lease(agent_index(turn_id.rsplit(":", 1)[0]))
         return super()._run_turn(agent, text, turn_id)
 
-    def _victim(self) -> int:
-        return self._rng.choice(sorted(self._started))
+    def _victim(self, fault: Fault) -> int | None:
+        if fault.kind != KILL_AGENT or fault.victim in self._started:
+            return fault.victim
+        with self._rng_lock:
+            return self._rng.choice(sorted(self._started))
 
     def _summary(self) -> dict[str, Any]:
         return {

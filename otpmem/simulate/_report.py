@@ -37,6 +37,8 @@ class SimulationReport:
     store: str = "leveldb"
     continued: int = 0
     """Turns a killed node had half-stored, finished by the node that took its lease."""
+    replay_of: str = ""
+    """The run whose fault schedule this one ran again (``--replay``), if any."""
 
     @property
     def complete(self) -> bool:
@@ -143,6 +145,11 @@ def report_lines(report: SimulationReport) -> list[str]:
     lines = [
         *([f"data:              {report.data_dir}"] if report.data_dir else []),
         *(
+            [f"replay of:         {report.replay_of} (its parameters and fault schedule)"]
+            if report.replay_of
+            else []
+        ),
+        *(
             [
                 f"store:             {report.store}",
                 f"nodes:             {report.nodes} (OS processes, each with its own tree"
@@ -157,8 +164,8 @@ def report_lines(report: SimulationReport) -> list[str]:
         " acknowledged turn, from the ledger)",
         f"messages stored:   {report.messages_stored} ({stored})",
         f"faults injected:   {sum(report.faults.values())} ({injected})",
-        f"restarts:          {report.restarts} (by the supervisors: one restart may answer"
-        " several faults, a crash-on-message plan none until it fires)",
+        f"restarts:          {report.restarts} (by the supervisors: one per fault, but none"
+        " for a crash-on-message plan whose agent had no turn left to crash on)",
         f"turn retries:      {report.retries} (turn attempts a fault broke, tried again)",
         *(
             [

@@ -8,16 +8,18 @@ there, in order, and nothing else: every turn is retried with the same turn id a
 fault, so each message is stored exactly once (``messages stored == messages acked``). A run
 killed with SIGKILL can be resumed: the ledger says where each agent was, the turn in flight
 continues from what it stored, and the audit covers both runs. The run's parameters are kept
-beside the ledger (``run.json``): a resumed run is the run that was started.
+beside the ledger (``run.json``), with its fault schedule: a resumed run is the run that was
+started, and a replay (``schedule=`` another run's) injects the same faults at the same
+points, whatever the number of workers.
 
-This module is the run: its tree, its workers' turns and retries, its chaos. The audit and
-the report it fills are ``_report``'s.
+This module is the run: its tree, its workers' turns and retries, where chaos strikes. The
+schedule is ``_schedule``'s, how a fault is injected ``_chaos``'s, the audit and the report
+it fills ``_report``'s.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import threading
 import time
@@ -27,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..actors import CallTimeout, NoProcess, ServerExited, faults
-from ..actors.faults import FaultPlan
+from ..actors import CallTimeout, NoProcess, ServerExited
 from ..agents import AgentHandle, Callbacks, TurnFailed
 from ..app import start, start_agent
 from ..guardrails import PolicyViolation, TokenBudget
@@ -36,9 +37,12 @@ from ..llm import ChatModel, ScriptedModel
 from ..stores import default_store
 from ..stores.leveldb import files as store_files
 from ..supervisors import SupervisorEvent, SupervisorHandle
+from ._chaos import Chaos
 from ._conventions import USER_ID, Stopped, agent_name, conv_id
 from ._files import (
+    FAULT_LOG,
     LEDGER,
+    FaultLog,
     Ledger,
     RunMismatch,
     RunParams,
@@ -46,9 +50,9 @@ from ._files import (
 )
 from ._model import ModelFailed, ModelWatch, add, scripted_arithmetic
 from ._report import SimulationReport, audit
+from ._schedule import Fault, Schedule
 from ._timeline import Timeline
 
-FAULTS = ("kill_store", "crash_store", "kill_agent", "crash_agent_on_message")
 Retryable = (NoProcess, ServerExited, TurnFailed, CallTimeout)
 TURN_ATTEMPTS = 200
 TURN_TIMEOUT = 60.0
@@ -64,6 +68,8 @@ class Simulation:
     ``progress(n)`` hears of each acknowledged turn, ``on_started(done, planned)`` once the
     store is open and the ledger read, ``on_retry(text)`` of each turn the model failed.
     ``stop()`` (from a signal handler, say) ends the run after the turns in flight.
+    ``schedule``: the faults to inject (another run's, to replay it: ``replay_of`` says
+    whose); by default drawn from ``seed`` and ``chaos``, the same at any ``workers``.
     """
 
     agents: int
@@ -82,6 +88,8 @@ class Simulation:
     model_failure_budget: int = MODEL_FAILURE_BUDGET
     budget_tokens: int | None = None
     callbacks: Callbacks | None = None
+    schedule: Schedule | None = None
+    replay_of: str | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -89,8 +97,8 @@ class Simulation:
             raise ValueError("agents and turns must be >= 1")
         if not 0.0 <= self.chaos <= 1.0:
             raise ValueError(f"chaos is a probability per turn in [0, 1], got {self.chaos}")
-        self._rng = random.Random(self.seed)
-        self._rng_lock = threading.Lock()
+        if self.schedule is not None:
+            self.schedule.check(self.agents, self.turns)
         self._faults: Counter[str] = Counter()
         self._restarts = 0
         self._acked = 0
@@ -99,6 +107,8 @@ class Simulation:
         self._retries = 0
         self._model = ModelWatch(self.model_failure_budget, self.on_retry)
         self._stopping = threading.Event()
+        self._chaos = Chaos(self.agents, self._stopping)
+        self._fault_log: FaultLog | None = None
         self._interrupted = False
         self._fatal: ModelFailed | None = None
         self.timeline = Timeline()
@@ -108,7 +118,15 @@ class Simulation:
     @property
     def params(self) -> RunParams:
         """The parameters that define this run, as ``run.json`` keeps them."""
-        return RunParams(self.agents, self.turns, self.chaos, self.seed, dict(self.model_info))
+        return RunParams(
+            self.agents,
+            self.turns,
+            self.chaos,
+            self.seed,
+            dict(self.model_info),
+            schedule=self.schedule,
+            replay_of=self.replay_of,
+        )
 
     def stop(self) -> None:
         """End the run after the turns in flight; the report says it was interrupted."""
@@ -131,13 +149,15 @@ class Simulation:
             previous = Ledger.load(ledger_path)
             if self.resume:
                 self._check_params()
-            else:
+            self._settle_schedule()
+            if not self.resume:
                 self.params.save(self.data_dir)
+            # The points already done are skipped, and their faults with them: the resumed
+            # run injects the rest of the schedule, as the first run would have.
             done = {(e["conversation"], e["turn"]) for e in previous}
-            if done:  # the resumed run's chaos goes on, rather than replaying the first's
-                self._rng.seed(f"{self.seed}/{len(done)}")
             ledger = Ledger(ledger_path)
             try:
+                self._fault_log = FaultLog(self.data_dir / FAULT_LOG)
                 model = self.model or ScriptedModel(scripted_arithmetic)
                 for i in range(self.agents):
                     start_agent(
@@ -160,10 +180,13 @@ class Simulation:
                 report = self._audit(Ledger.load(ledger_path), time.monotonic() - started)
             finally:
                 ledger.close()
+                if self._fault_log is not None:
+                    self._fault_log.close()
         finally:
             if root.alive:
                 root.stop("shutdown", 60.0)
         report.resumed_from = len(done)
+        report.replay_of = self.replay_of or ""
         return report
 
     def _check_params(self) -> None:
@@ -173,6 +196,17 @@ class Simulation:
         differences = stored.differences(self.params)
         if differences:
             raise RunMismatch(differences)
+
+    def _settle_schedule(self) -> None:
+        """The schedule of this run: a resumed run's from its run.json, else the one given,
+        else drawn from the seed."""
+        stored = RunParams.load(self.data_dir) if self.resume else None
+        if stored is not None and stored.schedule is not None:
+            if self.schedule is not None and self.schedule != stored.schedule:
+                raise RunMismatch([("schedule", repr(stored.schedule), repr(self.schedule))])
+            self.schedule, self.replay_of = stored.schedule, stored.replay_of
+        if self.schedule is None:
+            self.schedule = Schedule.draw(self.seed, self.agents, self.turns, self.chaos)
 
     def _start_tree(self) -> SupervisorHandle:
         try:
@@ -237,7 +271,7 @@ class Simulation:
                         self._over_budget.add(i)
                 ledger.record(conv_id(i), turn, messages)
                 self._acknowledged()
-                self._maybe_fault()
+                self._maybe_fault(i, turn)
 
     def _guardrails(self) -> list[TokenBudget]:
         """``--budget-tokens``: each conversation may spend that many tokens."""
@@ -253,7 +287,10 @@ class Simulation:
             if self._stopping.is_set():
                 raise Stopped
             try:
-                messages = self._run_turn(agent, text, f"{conv_id(i)}:{turn}")
+                # A crash planned for this agent rides on the attempt's call.
+                messages = self._chaos.attempt(
+                    i, agent, lambda: self._run_turn(agent, text, f"{conv_id(i)}:{turn}")
+                )
             except Retryable as exc:
                 self._turn_failed(i, turn, exc)
                 time.sleep(0.005)  # a store or agent is restarting: give it a moment
@@ -292,34 +329,26 @@ class Simulation:
 
     # -- chaos ------------------------------------------------------------------------------
 
-    def _maybe_fault(self) -> None:
-        with self._rng_lock:
-            if self._rng.random() >= self.chaos:
-                return
-            kind = self._rng.choice(FAULTS)
-            victim = self._victim()
-        try:
-            if kind == "kill_store":
-                faults.kill(default_store())
-            elif kind == "crash_store":
-                faults.crash(default_store(), RuntimeError("chaos"))
-            elif kind == "kill_agent":
-                faults.kill(AgentHandle.named(agent_name(victim)))
-            else:
-                faults.inject(
-                    AgentHandle.named(agent_name(victim)), FaultPlan().crash_on_message(2)
-                )
-        except (NoProcess, CallTimeout):
-            return  # it was already down: a fault that found nothing to break
-        self._faults[kind] += 1
-        self.timeline.fault(kind)
+    def _maybe_fault(self, i: int, turn: int) -> None:
+        """Inject the schedule's fault after agent ``i``'s ``turn``, if it holds one."""
+        fault = self.schedule.at(i, turn) if self.schedule is not None else None
+        if fault is None:
+            return
+        victim = self._victim(fault)
+        self._chaos.inject(fault, victim)
+        with self._acked_lock:
+            self._faults[fault.kind] += 1
+        self.timeline.fault(fault.kind)
+        if self._fault_log is not None:
+            self._fault_log.record(Fault(fault.turn, fault.agent, fault.kind, victim))
 
-    def _victim(self) -> int:
-        """The agent a fault hits (called under the chaos lock): any of the run's."""
-        return self._rng.randrange(self.agents)
+    def _victim(self, fault: Fault) -> int | None:
+        """The agent ``fault`` hits (None: the store): the schedule's."""
+        return fault.victim
 
     def _on_event(self, event: SupervisorEvent) -> None:
         # Several supervisors report from their own threads.
+        self._chaos.tree_changed()
         if event.kind == "restarted":
             with self._acked_lock:
                 self._restarts += 1

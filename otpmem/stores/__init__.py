@@ -35,6 +35,7 @@ from .longterm import (
     usage_of,
 )
 from .memory import MemoryStore, MemoryStoreHandle
+from .reservations import Hold, Limit, Reservation, ReservationStore
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore, PostgresStoreHandle
@@ -63,15 +64,19 @@ __all__ = [
     "ConversationCleared",
     "Fact",
     "FactLimitReached",
+    "Hold",
     "LeaseLost",
     "LevelDBStore",
     "LevelDBStoreHandle",
+    "Limit",
     "LongTermStore",
     "MemoryStore",
     "MemoryStoreHandle",
     "PostgresStore",
     "PostgresStoreHandle",
     "Profile",
+    "Reservation",
+    "ReservationStore",
     "SearchHit",
     "StoreCorrupt",
     "StoreError",

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..actors import ServerExited
+from ..actors import ServerExited, is_tagged
 from ..messages import Conv, ConvLike, short_repr
 
 EXPORT_FORMAT = "otpmem.export"
@@ -155,7 +155,7 @@ def check_key(key: object, what: str = "idempotency_key") -> str | None:
     """Return ``key`` if it is None or a non-empty str of at most 256 characters."""
     if key is None:
         return None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+    if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH:
         raise ValueError(
             f"{what} must be None or a non-empty str of at most {MAX_KEY_LENGTH} "
             f"characters, got {short_repr(key)}"
@@ -175,5 +175,7 @@ def crash_server(server: Any, target: object, exc: BaseException) -> ServerExite
 
 def raise_write_crash(message: object) -> None:
     """In a store's ``handle_info``: crash with what a caller-thread write hit."""
-    if type(message) is tuple and len(message) == 2 and message[0] == WRITE_CRASHED:
-        raise message[1]
+    if is_tagged(message, WRITE_CRASHED, 2):
+        crash = message[1]  # type: ignore[index]  # is_tagged: a tuple of two
+        if isinstance(crash, BaseException):
+            raise crash

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..messages import Conv, ConvLike, FrozenDict, as_conv, check_user_id, freeze_batch, short_repr
+from ..actors import split_request
+from ..messages import (
+    Conv,
+    ConvLike,
+    FrozenDict,
+    InvalidMessage,
+    as_conv,
+    check_user_id,
+    freeze_batch,
+    short_repr,
+)
 from ._base import SearchHit, StoreError, check_key
 from ._documents import export_document, import_key, parse_import, rank_matches, search_scope
+from ._longterm_client import LONGTERM_ARITIES, parse_longterm
 from .ranking import attached as attached_index
 
 ImportEntry = tuple[Conv, list[FrozenDict], str | None]
@@ -136,7 +147,7 @@ class StoreClient:
         ``mode="ranked"`` raises ``StoreError``.
         """
         owner, only = search_scope(user_id, conv)
-        if mode not in (None, "ranked", "substring"):
+        if mode is not None and (type(mode) is not str or mode not in ("ranked", "substring")):
             raise ValueError(f"mode must be None, 'ranked' or 'substring', got {short_repr(mode)}")
         ranked = attached_index(self)
         if ranked is not None:
@@ -154,48 +165,69 @@ class StoreClient:
         return rank_matches(query, ((c, self.get(c)) for c in scope), limit)
 
 
-def parse_request(message: object, store: str) -> tuple[str, Any]:
+REQUESTS: dict[str, tuple[int, ...]] = {
+    "add": (2, 4),
+    "clear": (1,),
+    "forget_user": (1,),
+    "import": (1,),
+    **LONGTERM_ARITIES,
+}
+"""Every store's requests, by the argument counts each takes."""
+
+
+def parse_request(
+    message: object, store: str, requests: Mapping[str, Collection[int]] = REQUESTS
+) -> tuple[str, Any]:
     """Check a raw store call and normalise its argument; ``ValueError`` names what is wrong.
 
-    Handles validate in the caller's thread; this is the server's own check, so a raw
-    ``call`` with garbage gets an error back and never crashes the store or touches data.
-    An ``add`` normalises to ``(conv, batch, key, follows)``, an ``import`` to a list of
-    ``(conv, batch, key)``.
+    The one door of every store's server: handles validate in the caller's thread, and this
+    is the server's own check, so a raw ``call`` with garbage gets an error back and never
+    crashes the store or touches data. ``requests``: ``REQUESTS`` and the store's own
+    requests of no argument (``"flush"``), which return as ``(kind, None)``. An ``add``
+    normalises to ``(conv, batch, key, follows)``, an ``import`` to a list of ``(conv,
+    batch, key)``, a long-term request as ``parse_longterm`` has it.
     """
-    if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
-        raise ValueError(f"{store} does not understand {short_repr(message)}")
-    kind, args = message[0], message[1:]
-    arities = {"add": (2, 4), "clear": (1,), "forget_user": (1,), "import": (1,)}
-    arity = arities.get(kind, (0,))
-    if len(args) not in arity:
-        raise ValueError(
-            f"{store}: {short_repr(kind)} takes {' or '.join(map(str, arity))} argument(s), "
-            f"got {short_repr(message)}"
-        )
+    kind, args = split_request(message, store, requests)
+    if kind in LONGTERM_ARITIES:
+        return parse_longterm(kind, args)
     if kind == "add":
         key, follows = (args[2], args[3]) if len(args) == 4 else (None, None)
         return kind, (
             as_conv(args[0]),
-            freeze_batch(args[1]),
+            _batch(args[1]),
             check_key(key),
             check_key(follows, "follows"),
         )
     if kind == "clear":
         return kind, as_conv(args[0])
     if kind == "forget_user":
-        if not isinstance(args[0], str) or not args[0]:
+        if type(args[0]) is not str or not args[0]:
             raise ValueError(
                 f"{store}: forget_user needs a non-empty str user_id, got {short_repr(args[0])}"
             )
         return kind, args[0]
     if kind == "import":
         entries = args[0]
-        if not isinstance(entries, list) or not all(
-            isinstance(e, tuple) and len(e) in (2, 3) for e in entries
+        if type(entries) is not list or not all(
+            type(e) is tuple and len(e) in (2, 3) for e in entries
         ):
             raise ValueError(f"{store}: import takes a list of (conv, messages[, key]) entries")
         return kind, [
-            (as_conv(e[0]), freeze_batch(e[1]), check_key(e[2]) if len(e) == 3 else None)
-            for e in entries
+            (as_conv(e[0]), _batch(e[1]), check_key(e[2]) if len(e) == 3 else None) for e in entries
         ]
     return kind, None
+
+
+def _batch(batch: object) -> list[FrozenDict]:
+    if type(batch) is list or type(batch) is tuple:
+        return freeze_batch(batch)
+    if isinstance(batch, dict | str | bytes) or not isinstance(batch, Iterable):
+        return freeze_batch(batch)  # refused, as a handle refuses it
+    # Another iterable runs the caller's own __iter__ here: what it raises is the caller's.
+    try:
+        items = list(batch)
+    except Exception as exc:
+        raise InvalidMessage(
+            f"the batch could not be read: iterating it raised {short_repr(exc)}"
+        ) from None
+    return freeze_batch(items)

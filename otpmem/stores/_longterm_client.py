@@ -22,7 +22,14 @@ from .longterm import (
     check_user,
 )
 
-LONGTERM_KINDS = frozenset({"save_facts", "save_profile", "delete_profile", "request_extraction"})
+LONGTERM_ARITIES: dict[str, tuple[int, ...]] = {
+    "save_facts": (6,),
+    "save_profile": (1,),
+    "delete_profile": (1,),
+    "request_extraction": (2,),
+}
+"""The long-term requests every store answers, by the argument counts each takes."""
+LONGTERM_KINDS = frozenset(LONGTERM_ARITIES)
 
 
 class LongTermClient:
@@ -93,14 +100,14 @@ def parse_save_facts(args: Sequence[Any]) -> tuple[Any, ...]:
     """Check a ``save_facts`` request (the handle's and the server's own check)."""
     user_id, facts, deletes, cursor, max_facts, evict = args
     user_id = check_user(user_id)
-    if not isinstance(facts, list | tuple) or not isinstance(deletes, list | tuple):
+    if type(facts) not in (list, tuple) or type(deletes) not in (list, tuple):
         raise ValueError("save_facts takes a list of facts and a list of keys to delete")
     checked = [check_fact(f) for f in facts]
     if any(f.user_id != user_id for f in checked):
         raise ValueError(f"save_facts for {user_id!r} was given another user's fact")
     keys = [check_fact_key(k) for k in deletes]
     if cursor is not None:
-        if not (isinstance(cursor, tuple) and len(cursor) == 2):
+        if not (type(cursor) is tuple and len(cursor) == 2):
             raise ValueError(f"a cursor is (conv, position), got {short_repr(cursor)}")
         conv, position = check_job(cursor)
         if conv.user_id != user_id:
@@ -119,17 +126,14 @@ def check_job(job: tuple[Any, Any]) -> tuple[Conv, int]:
     return conv, position
 
 
-def parse_longterm(message: tuple[Any, ...], store: str) -> tuple[str, Any]:
-    """The server's check of a long-term request; ``ValueError`` names what is wrong."""
-    kind, args = message[0], message[1:]
-    arity = {"save_facts": 6, "save_profile": 1, "delete_profile": 1, "request_extraction": 2}
-    if len(args) != arity[kind]:
-        raise ValueError(f"{store}: {kind!r} takes {arity[kind]} argument(s)")
+def parse_longterm(kind: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    """The server's check of a long-term request whose shape ``parse_request`` checked;
+    ``ValueError`` names what is wrong."""
     if kind == "save_facts":
         return kind, parse_save_facts(args)
     if kind == "save_profile":
         checked = check_profile(args[0])
-        return kind, Profile(checked.user_id, checked.summary, dict(checked.metadata), time.time())
+        return kind, Profile(checked.user_id, checked.summary, checked.metadata, time.time())
     if kind == "delete_profile":
         return kind, check_user(args[0])
     return kind, check_job((args[0], args[1]))

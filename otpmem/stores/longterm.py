@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol, runtime_checkable
 
-from ..messages import Conv, ConvLike, as_conv, short_repr
+from ..messages import Conv, ConvLike, as_conv, freeze_value, short_repr, thaw
 from ._base import StoreError
 
 MAX_FACTS_PER_USER = 200
@@ -153,14 +153,15 @@ class LongTermStore(Protocol):
 
 def check_user(user_id: object) -> str:
     """A long-term record belongs to a user: a non-empty str."""
-    if not isinstance(user_id, str) or not user_id:
+    # An exact str: it becomes a key, and a subclass would bring its own __hash__ and __eq__.
+    if type(user_id) is not str or not user_id:
         raise ValueError(f"user_id must be a non-empty str, got {short_repr(user_id)}")
     return user_id
 
 
 def check_fact_key(key: object) -> str:
     """A fact key: a non-empty str of at most 200 characters."""
-    if not isinstance(key, str) or not key.strip() or len(key) > MAX_FACT_KEY:
+    if type(key) is not str or not key.strip() or len(key) > MAX_FACT_KEY:
         raise ValueError(
             f"a fact key must be a non-empty str of at most {MAX_FACT_KEY} characters, "
             f"got {short_repr(key)}"
@@ -174,13 +175,13 @@ def check_fact(fact: object) -> Fact:
         raise TypeError(f"save_fact takes a Fact, got {short_repr(fact)}")
     check_user(fact.user_id)
     check_fact_key(fact.key)
-    if not isinstance(fact.value, str) or len(fact.value) > MAX_FACT_VALUE:
+    if type(fact.value) is not str or len(fact.value) > MAX_FACT_VALUE:
         raise ValueError(
             f"fact {fact.key!r}: the value must be a str of at most {MAX_FACT_VALUE} "
             f"characters, got {short_repr(fact.value)}"
         )
     if fact.source is not None:
-        if not (isinstance(fact.source, tuple) and len(fact.source) == 2):
+        if not (type(fact.source) is tuple and len(fact.source) == 2):
             raise ValueError(f"fact {fact.key!r}: source must be (conv, position)")
         conv, position = as_conv(fact.source[0]), fact.source[1]
         if type(position) is not int or position < 0:
@@ -202,15 +203,19 @@ def check_limit(max_facts: object) -> int:
 
 
 def check_profile(profile: object) -> Profile:
-    """A Profile with a user, a str summary and JSON-like metadata."""
+    """A Profile with a user, a str summary and JSON-like metadata, ready to store: its
+    metadata a copy of its own, checked by the rules of a message's metadata (nesting,
+    finite numbers), so every backend refuses the same profiles (``InvalidMessage``, a
+    ValueError naming the field)."""
     if not isinstance(profile, Profile):
         raise TypeError(f"save_profile takes a Profile, got {short_repr(profile)}")
     check_user(profile.user_id)
-    if not isinstance(profile.summary, str):
+    if type(profile.summary) is not str:
         raise ValueError(f"a profile summary is a str, got {short_repr(profile.summary)}")
-    if not isinstance(profile.metadata, Mapping):
-        raise ValueError(f"profile metadata is a mapping, got {short_repr(profile.metadata)}")
-    return profile
+    if not isinstance(profile.metadata, dict):
+        raise ValueError(f"profile metadata is a dict, got {short_repr(profile.metadata)}")
+    metadata = thaw(freeze_value(profile.metadata, "metadata"))
+    return replace(profile, metadata=metadata)
 
 
 def check_since(since: object) -> float | None:

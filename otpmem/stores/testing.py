@@ -16,8 +16,9 @@ fixture that yields a fresh, empty store and stops it afterwards::
 Stores that also offer ``export``/``import_``/``search`` are checked on those too. The
 suite covers the pinned index (``pinned``, ``window``) and idempotency keys (``add(...,
 idempotency_key=, follows=)``, ``key_position``) as well. A store that also keeps long-term
-records proves them with ``LongTermConformance`` (facts, profiles, usage, cursors), the same
-way. It needs pytest.
+records proves them with ``LongTermConformance`` (facts, profiles, usage, cursors), and one
+that holds budgets for calls in flight with ``ReservationConformance`` (reserve, release,
+abandon), the same way. It needs pytest.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ import pytest
 
 from ..messages import Conv, InvalidMessage
 from ._conformance import IdempotencyConformance, PinnedIndexConformance
+from ._conformance_holds import ReservationConformance
 from ._conformance_longterm import LongTermConformance
 
 WAIT = 10.0
 
-__all__ = ["ChatMemoryConformance", "LongTermConformance"]
+__all__ = ["ChatMemoryConformance", "LongTermConformance", "ReservationConformance"]
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:

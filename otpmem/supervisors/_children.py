@@ -20,11 +20,19 @@ from ..actors import (
     Handle,
     Pid,
     StartIgnored,
+    is_reason,
     is_shutdown,
 )
 from ..actors.runtime import Process, become_default_heir
 from ..reprs import short_repr
-from ._spec import ChildCounts, ChildInfo, ChildNotFound, ChildSpec, SimpleOneForOneOnly
+from ._spec import (
+    ChildCounts,
+    ChildInfo,
+    ChildNotFound,
+    ChildSpec,
+    SimpleOneForOneOnly,
+    same_id,
+)
 
 logger = logging.getLogger("otpmem.supervisor")
 KILL_GRACE = 1.0  # how long a killed supervisor waits for its children to die with it
@@ -178,17 +186,17 @@ class Children:
     def _report_shutdown(self, child: Child, process: Process) -> None:
         reason = process.exit_reason
         expected = is_shutdown(reason) or (
-            child.spec.shutdown == "brutal_kill" and reason == KILLED
+            child.spec.shutdown == "brutal_kill" and is_reason(reason, KILLED)
         )
-        if child.spec.restart != "permanent" and reason == NORMAL:
+        if child.spec.restart != "permanent" and is_reason(reason, NORMAL):
             expected = True
         self.emit("terminated", child, process.pid, reason)
         if not expected:
             logger.error(
-                "supervisor %s: child %r did not shut down cleanly: %r",
+                "supervisor %s: child %s did not shut down cleanly: %s",
                 self.label(),
-                child.spec.id,
-                reason,
+                short_repr(child.spec.id),
+                short_repr(reason),
             )
             self.emit("shutdown_error", child, process.pid, reason)
 
@@ -232,9 +240,10 @@ class Children:
         self.tables.drop(child.key)
 
     def find(self, key: Hashable) -> Child | None:
-        """The child under ``key`` (its id, or its number under simple_one_for_one)."""
+        """The child under ``key`` (its id, or its number under simple_one_for_one); the
+        key a caller gave is compared by ``same_id``, so no __eq__ of its can raise here."""
         for child in self.items:
-            if child.key == key:
+            if same_id(child.key, key):
                 return child
         return None
 
@@ -242,6 +251,10 @@ class Children:
         """The child ``child_id`` for an admin request; ``ChildNotFound`` if none."""
         if self.dynamic:
             raise SimpleOneForOneOnly(operation or "lookup by id")
+        try:
+            hash(child_id)
+        except Exception:
+            raise ChildNotFound(child_id, "a child id is a hashable value") from None
         child = self.find(child_id)
         if child is None:
             raise ChildNotFound(child_id)
@@ -251,7 +264,7 @@ class Children:
         """Under simple_one_for_one: the child of a pid or handle, also one between
         restart attempts (by its last pid); ``ChildNotFound`` if none."""
         pid = target.pid if isinstance(target, Handle) else target
-        if not isinstance(pid, Pid):
+        if type(pid) is not Pid:  # a subclass would bring its own __hash__ and __eq__
             raise SimpleOneForOneOnly("terminate_child by id (give a pid or handle)")
         child = self.running.get(pid)
         if child is None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from ..actors import Handle, NoProcess, ServerExited
+from ._spec import same_id
 
 if TYPE_CHECKING:
     from ._spec import ChildCounts, ChildInfo, ChildSpec, SupervisorEvent
@@ -103,6 +104,6 @@ class SupervisorHandle(Handle):
     def child(self, child_id: Hashable, timeout: float | None = QUERY_TIMEOUT) -> Handle | None:
         """The handle of the running child ``child_id``, or None."""
         for info in self.which_children(timeout):
-            if info.id == child_id:
+            if same_id(info.id, child_id):
                 return info.handle
         return None

@@ -20,7 +20,8 @@ _tables: dict[type, dict[str, tuple[str, ...]]] = {}
 def parse_request(server: type, message: Any) -> tuple[str, tuple[Any, ...]]:
     """The operation and arguments of ``message``; ``SupervisorError`` if ``server`` does
     not answer it as given."""
-    if not (isinstance(message, tuple) and message and isinstance(message[0], str)):
+    # Exact types: a tuple or str subclass brings its own __len__, __eq__ and __hash__.
+    if not (type(message) is tuple and message and type(message[0]) is str):
         raise SupervisorError(
             f"not a supervisor request: {short_repr(message)} (a request is a tuple "
             "(operation, *arguments), e.g. ('which_children',))"

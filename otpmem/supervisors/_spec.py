@@ -71,17 +71,17 @@ class ChildSpec:
             raise InvalidChildSpec("id", "every child needs an id (missing_id)")
         try:
             hash(self.id)
-        except TypeError:
+        except Exception:  # the id's own __hash__ may raise anything
             raise InvalidChildSpec("id", f"{short_repr(self.id)} is not hashable") from None
         if not callable(self.start):
             raise InvalidChildSpec(
                 "start", f"{short_repr(self.start)} is not callable (missing_start)"
             )
-        if self.restart not in RESTART_TYPES:
+        if not _one_of(self.restart, RESTART_TYPES):
             raise InvalidChildSpec(
                 "restart", f"{short_repr(self.restart)} is not one of {RESTART_TYPES}"
             )
-        if self.type not in CHILD_TYPES:
+        if not _one_of(self.type, CHILD_TYPES):
             raise InvalidChildSpec("type", f"{short_repr(self.type)} is not one of {CHILD_TYPES}")
         if self.shutdown is _UNSET:
             default = None if self.type == "supervisor" else WORKER_SHUTDOWN
@@ -100,8 +100,28 @@ class ChildSpec:
             )
 
 
+def _one_of(value: object, choices: tuple[str, ...]) -> bool:
+    # An exact str only: anything else would bring its own __eq__ to the comparison.
+    return type(value) is str and value in choices
+
+
+def same_id(a: object, b: object) -> bool:
+    """Whether child ids ``a`` and ``b`` are one id: the same object, or equal hashable
+    values. Never raises: an id whose ``__hash__`` or ``__eq__`` raises, or whose ``==``
+    answers anything but a bool (a numpy array's does), is no other id."""
+    if a is b:
+        return True
+    try:
+        if hash(a) != hash(b):
+            return False
+        equal = a == b
+    except Exception:
+        return False
+    return type(equal) is bool and equal
+
+
 def _valid_shutdown(value: object) -> bool:
-    if value is None or value == "brutal_kill":
+    if value is None or (type(value) is str and value == "brutal_kill"):
         return True
     return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
 
@@ -116,7 +136,7 @@ class Flags:
     auto_shutdown: AutoShutdown = "never"
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
+        if not _one_of(self.strategy, STRATEGIES):
             raise InvalidSupervisorFlags(
                 "strategy", f"{short_repr(self.strategy)} is not one of {STRATEGIES}"
             )
@@ -135,7 +155,7 @@ class Flags:
             raise InvalidSupervisorFlags(
                 "period", f"{short_repr(self.period)} must be a finite number > 0"
             )
-        if self.auto_shutdown not in AUTO_SHUTDOWNS:
+        if not _one_of(self.auto_shutdown, AUTO_SHUTDOWNS):
             raise InvalidSupervisorFlags(
                 "auto_shutdown", f"{short_repr(self.auto_shutdown)} is not one of {AUTO_SHUTDOWNS}"
             )
@@ -153,11 +173,17 @@ def check_specs(specs: Iterable[ChildSpec], flags: Flags) -> list[ChildSpec]:
     seen: set[Hashable] = set()
     for spec in checked:
         check_spec(spec, flags)
-        if spec.id in seen:
+        try:
+            duplicate = spec.id in seen
+            seen.add(spec.id)
+        except Exception:  # its __hash__ or __eq__ raised: not an id to tell others apart by
+            raise InvalidChildSpec(
+                "id", f"{short_repr(spec.id)} cannot be compared with the other ids"
+            ) from None
+        if duplicate:
             raise InvalidChildSpec(
                 "id", f"duplicate child id {short_repr(spec.id)} (duplicate_child_name)"
             )
-        seen.add(spec.id)
     if flags.strategy == "simple_one_for_one" and len(checked) != 1:
         raise InvalidChildSpec(
             "children", f"simple_one_for_one needs exactly one child spec, got {len(checked)}"
@@ -239,8 +265,9 @@ class SupervisorError(ActorError):
 class ChildNotFound(SupervisorError):
     """No child has that id (or pid)."""
 
-    def __init__(self, child: object) -> None:
-        super().__init__(f"no child {short_repr(child)} under this supervisor (not_found)")
+    def __init__(self, child: object, why: str | None = None) -> None:
+        because = "" if why is None else f"; {why}"
+        super().__init__(f"no child {short_repr(child)} under this supervisor (not_found){because}")
         self.child = child
 
 

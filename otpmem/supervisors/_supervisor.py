@@ -45,6 +45,7 @@ from ._spec import (
     SupervisorError,
     SupervisorEvent,
     check_spec,
+    same_id,
     start_arguments,
 )
 
@@ -153,7 +154,7 @@ class Supervisor(GenServer[SupervisorHandle]):
     # -- messages ---------------------------------------------------------------------------
 
     def handle_info(self, message: Any) -> Any:
-        if isinstance(message, Exit):
+        if isinstance(message, Exit) and type(message.pid) is Pid:
             return self._child_exited(message.pid, message.reason)
         if isinstance(message, _TryAgain):
             child = self.kids.find(message.key)
@@ -235,7 +236,7 @@ class Supervisor(GenServer[SupervisorHandle]):
     def _api_start_child(self, spec_or_args: Any) -> Handle | None:
         if self.dynamic:
             assert self.template is not None
-            if not isinstance(spec_or_args, tuple):
+            if type(spec_or_args) is not tuple:
                 raise InvalidChildSpec(
                     "args",
                     "simple_one_for_one takes a tuple of extra args, "
@@ -305,8 +306,10 @@ class Supervisor(GenServer[SupervisorHandle]):
         self.listeners.append(listener)
 
     def _api_unsubscribe(self, listener: Listener) -> None:
-        if listener in self.listeners:
-            self.listeners.remove(listener)
+        for n, known in enumerate(self.listeners):
+            if same_id(known, listener):  # never the caller's own __eq__ unguarded
+                del self.listeners[n]
+                return
 
     def _api_sync(self) -> None:
         return None

@@ -6,7 +6,7 @@ from typing import Any
 
 from ...actors import blocking
 from ...llm import ChatModel
-from ...messages import short_repr
+from ...messages import InvalidMessage, freeze_value, short_repr
 from ...stores import Profile
 from .extractors import ExtractionFailed, fact_lines, parse_json
 
@@ -44,5 +44,9 @@ def update_profile(store: Any, user_id: str, llm: ChatModel) -> Profile:
         raise ExtractionFailed("the profile has no summary (a non-empty str)", response.content)
     if not isinstance(metadata, dict):
         raise ExtractionFailed("the profile's metadata is not an object", response.content)
+    try:
+        freeze_value(metadata, "metadata")  # the rule every store applies (NaN, nesting)
+    except InvalidMessage as exc:
+        raise ExtractionFailed(f"the profile cannot be stored: {exc}", response.content) from None
     saved: Profile = store.save_profile(Profile(user_id, summary.strip(), metadata))
     return saved

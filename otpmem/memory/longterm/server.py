@@ -26,8 +26,10 @@ from ...actors import (
     NoProcess,
     ReplyTo,
     ServerExited,
+    is_tagged,
     reply,
     sleep,
+    split_request,
     whereis,
 )
 from ...messages import Conv
@@ -47,6 +49,8 @@ _ids = itertools.count(1)
 class ExtractionServer(GenServer):
     """Works a LongTermMemory's pending extractions, one at a time, in its own process."""
 
+    caller_errors = (ValueError,)
+
     def init(self, ltm: Any) -> None:
         self.ltm = ltm
         self.queue: dict[Conv, int] = {}
@@ -59,28 +63,33 @@ class ExtractionServer(GenServer):
         self._kick()
 
     def handle_cast(self, message: Any) -> None:
-        if message[0] == "request":
+        if is_tagged(message, "request", 3):
             conv, upto = message[1], message[2]
+            if type(conv) is not Conv or type(upto) is not int:
+                super().handle_cast(message)  # not a job: a warning, no crash
+                return
             self.failed.pop(conv, None)
             self.queue[conv] = max(upto, self.queue.get(conv, 0))
-        elif message[0] == "retry":
+        elif is_tagged(message, "retry", 1):
             self.loaded = False
             self.failed.clear()
+        else:
+            super().handle_cast(message)
+            return
         self._kick()
 
     def handle_call(self, message: Any) -> Any:
-        if message == ("flush",):
+        kind, _ = split_request(message, "ExtractionServer", {"flush": (0,), "status": (0,)})
+        if kind == "flush":
             if not self.queue and self.loaded:
                 return dict(self.failed)
             self.waiters.append(self.caller())
             self._kick()
             return NO_REPLY
-        if message == ("status",):
-            return {"queued": dict(self.queue), "failed": dict(self.failed), "loaded": self.loaded}
-        raise ValueError(f"ExtractionServer does not understand {message!r}")
+        return {"queued": dict(self.queue), "failed": dict(self.failed), "loaded": self.loaded}
 
     def handle_info(self, message: Any) -> None:
-        if message != WORK:
+        if message is not WORK:  # our own kick, the one object: compared by identity
             super().handle_info(message)
             return None
         self.kicked = False

@@ -11,7 +11,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import Embedder, EmbedderError, Hit
+    from .base import Embedder, EmbedderError, FilterFailed, Hit
     from .embedders import HashingEmbedder, SentenceTransformerEmbedder
     from .fusion import RRF_K
     from .handle import RecallIndexHandle, ranked_search
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "Embedder": ".base",
     "EmbedderError": ".base",
+    "FilterFailed": ".base",
     "Hit": ".base",
     "HashingEmbedder": ".embedders",
     "SentenceTransformerEmbedder": ".embedders",
@@ -53,6 +54,7 @@ __all__ = [
     "RRF_K",
     "Embedder",
     "EmbedderError",
+    "FilterFailed",
     "HashingEmbedder",
     "Hit",
     "HybridProvider",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ...messages import Conv, short_repr
+from ...messages import ROLES, Conv, freeze_value, short_repr
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +34,10 @@ class Hit:
 
 class EmbedderError(RuntimeError):
     """An embedder could not embed (server down, bad answer, model missing)."""
+
+
+class FilterFailed(ValueError):
+    """The caller's ``filter=`` raised while the index ran it: nothing was recalled."""
 
 
 @runtime_checkable
@@ -69,14 +73,16 @@ def check_filter(given: object) -> Callable[[Mapping[str, Any]], bool] | None:
         raise ValueError(f"filter must be a dict or a callable, got {short_repr(given)}")
     wanted: dict[str, tuple[Any, ...]] = {}
     for key, value in given.items():
-        if not isinstance(key, str) or not key:
+        if type(key) is not str or not key:
             raise ValueError(f"filter keys must be non-empty str, got {short_repr(key)}")
         choices = tuple(value) if isinstance(value, list | tuple | set | frozenset) else (value,)
         if key == "role":
-            bad = [r for r in choices if r not in ("system", "user", "assistant", "tool")]
+            bad = [r for r in choices if type(r) is not str or r not in ROLES]
             if bad:
                 raise ValueError(f"filter role {short_repr(bad[0])} is not a message role")
-        wanted[key] = choices
+        # Values a stored message could hold: compared in the index with the messages',
+        # so a value of the caller's own type never brings its __eq__ there.
+        wanted[key] = tuple(freeze_value(choice, f"filter.{key}") for choice in choices)
 
     def matches(message: Mapping[str, Any]) -> bool:
         metadata = message.get("metadata")

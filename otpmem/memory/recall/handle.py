@@ -1,15 +1,16 @@
 """The client side of a RecallIndex: its handle, the checks run in the caller's thread,
 and ``ranked_search`` (``store.search``'s contract answered by an index).
 
-Every argument is checked here, before a call is sent, so a bad one raises in the caller
-and never reaches (or crashes) the server; the server trusts what a handle sends.
+Every argument is checked here, before a call is sent, so a bad one raises in the caller;
+the server checks every request again at its door (``check_request``), so a raw call with
+garbage is refused there and never reaches (or crashes) the index.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...actors import Handle
+from ...actors import Handle, split_request
 from ...messages import Conv, ConvLike, as_conv, check_user_id, short_repr
 from ...stores import SearchHit
 from .base import Filter, Hit, check_filter
@@ -34,7 +35,7 @@ def check_scope(user_id: object, conversation: ConvLike | None) -> tuple[Owner, 
 
 def check_query(query: object, limit: object, min_score: object) -> tuple[str, int, float]:
     """``get_relevant``'s query, limit and min_score, checked; ``ValueError`` names the field."""
-    if not isinstance(query, str):
+    if type(query) is not str:
         raise ValueError(f"a query must be a str, got {short_repr(query)}")
     if type(limit) is not int or limit < 1:
         raise ValueError(f"limit must be an int >= 1, got {short_repr(limit)}")
@@ -43,6 +44,66 @@ def check_query(query: object, limit: object, min_score: object) -> tuple[str, i
     if not 0.0 <= float(min_score) <= 1.0:
         raise ValueError(f"min_score must be in [0, 1] (scores are), got {min_score!r}")
     return query, limit, float(min_score)
+
+
+REQUESTS: dict[str, tuple[int, ...]] = {
+    "relevant": (7,),
+    "lexical": (4,),
+    "substring": (4,),
+    "group": (2,),
+    "refresh": (2,),
+    "forget": (1,),
+    "forget_user": (1,),
+    "stats": (0,),
+}
+"""What a RecallIndex answers, by the argument counts each takes."""
+
+
+def check_request(message: object) -> tuple[str, tuple[Any, ...]]:
+    """The server's own check of a request (a handle's are well formed already): a raw
+    call with garbage gets ``ValueError`` naming what is wrong, and never reaches the
+    index. Checks what the handle checked, on what it sends."""
+    kind, args = split_request(message, "RecallIndex", REQUESTS)
+    if kind in ("relevant", "lexical", "substring", "refresh"):
+        owner, only = _tenant(args[0], args[1])
+        if kind == "refresh":
+            return kind, (owner, only)
+        if kind != "relevant":
+            query, limit = args[2], args[3]
+            if type(query) is not str or not query:
+                raise ValueError(f"a search query must be a non-empty str, got {short_repr(query)}")
+            check_query(query, limit, 0.0)
+            return kind, (owner, only, query, limit)
+        query, limit, floor = check_query(args[2], args[3], args[4])
+        predicate, distinct = args[5], args[6]
+        if predicate is not None and not callable(predicate):
+            raise ValueError(f"a filter is a predicate or None, got {short_repr(predicate)}")
+        if type(distinct) is not bool:
+            raise ValueError(f"distinct must be True or False, got {short_repr(distinct)}")
+        return kind, (owner, only, query, limit, floor, predicate, distinct)
+    if kind == "group":
+        position = args[1]
+        if type(position) is not int or position < 0:
+            raise ValueError(f"position must be an int >= 0, got {short_repr(position)}")
+        return kind, (as_conv(args[0]), position)
+    if kind == "forget":
+        return kind, (as_conv(args[0]),)
+    if kind == "forget_user":
+        if args[0] is None:
+            raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
+        return kind, (check_user_id(args[0]),)
+    return kind, args
+
+
+def _tenant(owner: object, only: object) -> tuple[Owner, Conv | None]:
+    # As check_scope resolved them: the tenant, and a conversation that is the tenant's.
+    owner = check_user_id(owner)
+    if only is None:
+        return owner, None
+    key = as_conv(only)
+    if key.user_id != owner:
+        raise ValueError(f"conversation {key} is not {short_repr(owner)}'s: no query crosses users")
+    return owner, key
 
 
 class RecallIndexHandle(Handle):
@@ -156,7 +217,7 @@ def ranked_search(
         raise ValueError(f"a search query must be a non-empty str, got {short_repr(query)}")
     if type(limit) is not int or limit < 1:
         raise ValueError(f"limit must be an int >= 1, got {short_repr(limit)}")
-    if mode not in SEARCH_MODES:
+    if type(mode) is not str or mode not in SEARCH_MODES:
         raise ValueError(f"mode must be one of {SEARCH_MODES}, got {short_repr(mode)}")
     kind = "substring" if mode == "substring" else "lexical"
     hits: list[SearchHit] = index.call((kind, owner, only, query, limit), timeout)

@@ -16,7 +16,7 @@ from ...messages import Conv, short_repr
 from ...stores import ChatMemory, SearchHit, StoreError
 from ...stores.ranking import attach_index, detach_index
 from .base import Embedder, EmbedderError
-from .handle import Owner, RecallIndexHandle, ranked_search
+from .handle import Owner, RecallIndexHandle, check_request, ranked_search
 
 if TYPE_CHECKING:
     from .queries import Engine
@@ -135,9 +135,7 @@ class RecallIndex(GenServer):
         on_exit(lambda: detach_index(token))
 
     def handle_call(self, message: Any) -> Any:
-        if not isinstance(message, tuple) or not message:
-            raise ValueError(f"RecallIndex does not understand {short_repr(message)}")
-        kind, *args = message
+        kind, args = check_request(message)
         engine = self.engine()
         if kind == "relevant":
             return engine.relevant(*args)
@@ -155,9 +153,7 @@ class RecallIndex(GenServer):
         if kind == "forget_user":
             engine.tenants.forget_user(*args)
             return None
-        if kind == "stats":
-            return engine.stats()
-        raise ValueError(f"RecallIndex does not understand {short_repr(message)}")
+        return engine.stats()  # "stats", the only other request check_request lets through
 
 
 def _checked(

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from ...messages import Conv, FrozenDict
+from ...messages import Conv, FrozenDict, short_repr
 from ...stores import ChatMemory, SearchHit
 from ..window import call_ids
-from .base import Embedder, Hit, noise_floor
+from .base import Embedder, FilterFailed, Hit, noise_floor
 from .embedders import HashingEmbedder
 from .fusion import best_first, fused_scores, ranks
 from .handle import Owner
@@ -105,7 +105,7 @@ class Engine:
         seen: set[tuple[Any, str]] = set()
         for doc in ranked:
             message = part.messages[doc]
-            if predicate is not None and not predicate(message):
+            if predicate is not None and not _kept(predicate, message):
                 continue
             if distinct:
                 key = (message.get("role"), document_text(message))
@@ -173,6 +173,16 @@ class Engine:
             if p == start or messages[p].get("tool_call_id") in asked
         ]
         return [(p, _copy(m)) for p, m in span]
+
+
+def _kept(predicate: Predicate, message: Mapping[str, Any]) -> bool:
+    """Whether the caller's filter keeps ``message``. The filter is the caller's code, run
+    in the index's process: what it raises is the caller's error (a ``ValueError`` that
+    names it), never the index's crash."""
+    try:
+        return bool(predicate(message))
+    except Exception as exc:
+        raise FilterFailed(f"the filter raised {short_repr(exc)}") from exc
 
 
 def _copy(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from ...actors import Handle, NoProcess, current
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from .._base import StoredWindow, check_key, check_last
 from .._client import CheckedAdd, StoreClient
+from .._holds import ReservationClient
 from .._longterm_client import LongTermClient
 from . import _longterm as lt
 from . import keys
@@ -27,9 +28,9 @@ def _unpack(raw: bytes) -> dict[str, Any]:
     return message
 
 
-class LevelDBStoreHandle(StoreClient, LongTermClient, lt.LevelDBReads, Handle):
-    """The ``ChatMemory`` (and ``LongTermStore``) face of a LevelDBStore: writes are calls,
-    reads are direct."""
+class LevelDBStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.LevelDBReads, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
+    LevelDBStore: writes are calls, reads are direct."""
 
     __slots__ = ()
 

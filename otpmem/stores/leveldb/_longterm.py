@@ -164,6 +164,23 @@ def _sum_log(db: Any, user_id: str | None, since: float, conv_id: str | None) ->
     return total
 
 
+def read_usage(db: Any, conv: Conv, since: float | None) -> Usage:
+    """A conversation's recorded usage: its running sums, or a window of its user's log."""
+    if since is None:
+        return _usage(db.get(keys.conv_prefix(CONV_USAGE, conv)))
+    cleared = db.get(keys.conv_prefix(CLEARED, conv))
+    if cleared is not None:
+        since = max(since, float(msgpack.unpackb(cleared)))
+    return _sum_log(db, conv.user_id, since, conv.conversation_id)
+
+
+def read_user_usage(db: Any, user_id: str, since: float | None) -> Usage:
+    """A user's recorded usage across conversations: the running sums, or a window."""
+    if since is None:
+        return _usage(db.get(keys.user_prefix(USER_USAGE, user_id)))
+    return _sum_log(db, user_id, since, None)
+
+
 class LevelDBReads:
     """The long-term reads of a LevelDB store handle, on the caller's thread."""
 
@@ -208,21 +225,14 @@ class LevelDBReads:
         key = as_conv(conv)
         since = check_since(since)
         with self._db() as db:
-            if since is None:
-                return _usage(db.get(keys.conv_prefix(CONV_USAGE, key)))
-            cleared = db.get(keys.conv_prefix(CLEARED, key))
-            if cleared is not None:
-                since = max(since, float(msgpack.unpackb(cleared)))
-            return _sum_log(db, key.user_id, since, key.conversation_id)
+            return read_usage(db, key, since)
 
     def user_usage(self, user_id: str, since: float | None = None) -> Usage:
         """The user's recorded usage across conversations, cleared ones included."""
         user_id = check_user(user_id)
         since = check_since(since)
         with self._db() as db:
-            if since is None:
-                return _usage(db.get(keys.user_prefix(USER_USAGE, user_id)))
-            return _sum_log(db, user_id, since, None)
+            return read_user_usage(db, user_id, since)
 
     def extraction_cursor(self, conv: ConvLike) -> int:
         """How many of the conversation's messages extraction has processed."""

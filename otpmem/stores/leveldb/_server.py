@@ -26,15 +26,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...actors import NO_REPLY, GenServer, blocking, on_exit
+from ...actors import NO_REPLY, GenServer, blocking, is_tagged, on_exit
 from ...actors.faults import FaultPlan
 from ...messages import Conv, short_repr
 from ...supervisors import ChildSpec, SupervisorEvent
 from .._base import STORE_INTENSITY, STORE_PERIOD, StoreError, raise_write_crash
+from .._client import REQUESTS as STORE_REQUESTS
 from .._client import parse_request
-from .._longterm_client import LONGTERM_KINDS, parse_longterm
+from .._holds import ledger_for
+from .._longterm_client import LONGTERM_KINDS
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
+from ..longterm import Usage
+from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
 from . import _longterm as lt
 from . import keys
 from ._appends import Appending, KnownConversation, Staged
@@ -50,6 +54,8 @@ from ._open import (
 )
 
 __all__ = ["READY_TIMEOUT", "LevelDBStore", "LevelDBStoreHandle"]
+
+REQUESTS = {**STORE_REQUESTS, "flush": (0,)}  # every write queued so far is on disk
 
 
 class LevelDBStore(Appending, GenServer):
@@ -138,6 +144,8 @@ class LevelDBStore(Appending, GenServer):
                 self.db.close()
                 raise
         self.directory = directory_identity(path)
+        # Holds of calls in flight, kept per directory: a restarted server keeps them.
+        self.holds = ledger_for(os.path.realpath(path))
         # A crash or a kill parks the open database for the next incarnation; a stop, a
         # shutdown or a failed write (LevelDB keeps failing until reopened) closes it.
         self.keep_open = True
@@ -171,7 +179,11 @@ class LevelDBStore(Appending, GenServer):
 
     def handle_info(self, message: Any) -> Any:
         raise_write_crash(message)
-        if isinstance(message, tuple) and message and message[0] == "write_failed":
+        abandoned = abandoned_hold(message)
+        if abandoned is not None:
+            self.holds.release(abandoned)
+            return None
+        if is_tagged(message, "write_failed", 2):
             self.keep_open = False
             raise StoreError(f"LevelDB write failed: {short_repr(message[1])}")
         return super().handle_info(message)
@@ -188,10 +200,16 @@ class LevelDBStore(Appending, GenServer):
                 self.writes_here = not self.closed
 
     def handle_call(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
+        if is_reservation(message):
+            kind, arg = parse_reservation(message, "LevelDBStore")
+            if kind == "release":
+                return self.holds.release(arg)
+            conv, hold_id, hold, limits, ttl = arg
+            return self.holds.reserve(conv, hold_id, hold, limits, ttl, self._recorded)
+        kind, arg = parse_request(message, "LevelDBStore", REQUESTS)
+        if kind in LONGTERM_KINDS:
             with self._adds_paused():
-                return self._longterm(*parse_longterm(message, "LevelDBStore"))
-        kind, arg = parse_request(message, "LevelDBStore")
+                return self._longterm(kind, arg)
         if kind == "add":
             staged: Staged = {}
             with self.write_lock:
@@ -219,10 +237,21 @@ class LevelDBStore(Appending, GenServer):
                 # is cached by now, and its cached count must go with it.
                 owned = [c for c in self.convs if c.user_id == arg]
                 return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
-        if kind == "flush":
-            blocking(self.committer.flush)
-            return None
-        raise ValueError(f"LevelDBStore does not understand {short_repr(message)}")
+        # "flush", the only other request parse_request lets through.
+        blocking(self.committer.flush)
+        return None
+
+    def _recorded(self, conv: Conv, limit: Limit) -> Usage:
+        """What is on disk in a limit's scope, for a reservation: every add whose call
+        released its hold was acknowledged, so on disk, before the release."""
+        if limit.since is None:  # one point read
+            if limit.scope == "user":
+                assert conv.user_id is not None  # checked with the limit
+                return lt.read_user_usage(self.db, conv.user_id, None)
+            return lt.read_usage(self.db, conv, None)
+        if limit.scope == "user":  # a window: a scan of the log, off the schedulers
+            return blocking(lt.read_user_usage, self.db, conv.user_id, limit.since)
+        return blocking(lt.read_usage, self.db, conv, limit.since)
 
     def _longterm(self, kind: str, arg: Any) -> Any:
         # Facts are read, then written: everything queued must be on disk before the read.

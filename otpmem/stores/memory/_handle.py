@@ -11,7 +11,9 @@ from ...actors.runtime import Process, lookup
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from .._base import StoredWindow, check_key, check_last
 from .._client import CheckedAdd, StoreClient, parse_request
+from .._holds import ReservationClient
 from .._longterm_client import LongTermClient
+from ..reservations import Reservation, ReserveArgs
 from . import _longterm as lt
 from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey
@@ -23,9 +25,9 @@ READY_TIMEOUT = 5.0
 WRITES_HERE = frozenset({"add", "import"})
 
 
-class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
-    """The ``ChatMemory`` (and ``LongTermStore``) face of a MemoryStore: writes are calls,
-    reads are direct."""
+class MemoryStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.TableReads, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
+    MemoryStore: writes are calls, reads are direct."""
 
     __slots__ = ("_fast", "_last_table", "_own")
 
@@ -80,9 +82,15 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
 
     def call(self, message: Any, timeout: float | None = 5.0) -> Any:
         """An add or an import runs here, on this thread, under the store's write lock (no
-        mailbox round trip); anything else, and any write to a store with an injected
-        fault plan (whose faults ride on messages), is a call."""
-        if type(message) is tuple and message and message[0] in WRITES_HERE:
+        mailbox round trip), as do ``reserve`` and ``release`` made with their methods;
+        anything else, and any write to a store with an injected fault plan (whose faults
+        ride on messages), is a call."""
+        if (
+            type(message) is tuple
+            and message
+            and type(message[0]) is str
+            and (message[0] in WRITES_HERE)
+        ):
             writer = self._writer()
             if writer is not None:
                 process, server = writer
@@ -98,6 +106,22 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
             return
         process, server = writer
         server.write_here(process, "add", add, self._target())
+
+    def _reserve_checked(self, checked: ReserveArgs, timeout: float | None) -> Reservation:
+        writer = self._writer()
+        if writer is None:
+            return super()._reserve_checked(checked, timeout)
+        process, server = writer
+        answer: Reservation = server.hold_here(process, "reserve", checked, self._target())
+        return answer
+
+    def _release_checked(self, hold_id: str, timeout: float | None) -> bool:
+        writer = self._writer()
+        if writer is None:
+            return super()._release_checked(hold_id, timeout)
+        process, server = writer
+        released: bool = server.hold_here(process, "release", hold_id, self._target())
+        return released
 
     def _writer(self) -> tuple[Process, MemoryStore] | None:
         """The store to write on this thread, ready; None if writes must be calls: its
@@ -134,7 +158,7 @@ class MemoryStoreHandle(StoreClient, LongTermClient, lt.TableReads, Handle):
             entry = mapping.get(conv)
             if entry is None and kind is Conv and conv[0] is None:
                 entry = mapping.get(conv[1])  # a conversation of no user is keyed by its id
-        except TypeError:  # unhashable: not a conversation
+        except Exception:  # unhashable, or its own __hash__ or __eq__ raised: no key of ours
             entry = None
         if entry is not None and (kind is str or kind is Conv):
             messages, n = entry.messages, entry.count

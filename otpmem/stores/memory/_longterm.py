@@ -33,6 +33,10 @@ def key(kind: str, owner: Any) -> LongTermKey:
     return (MARK, kind, owner)
 
 
+HOLDS = key("holds", None)
+"""Where the store's ledger of holds on budgets lives (see ``otpmem.stores.reservations``)."""
+
+
 def is_longterm(table_key: object) -> bool:
     """Whether a table key is a long-term record's (not a conversation's)."""
     return type(table_key) is tuple and len(table_key) == 3 and table_key[0] == MARK

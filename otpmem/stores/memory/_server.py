@@ -37,18 +37,23 @@ from ...actors import (
 )
 from ...actors.faults import FaultPlan
 from ...actors.runtime import Process
-from ...messages import Conv, is_pinned, is_summary, short_repr
+from ...messages import Conv, is_pinned, is_summary
 from ...supervisors import ChildSpec, Supervisor, SupervisorEvent
 from .._base import KEYS_KEPT, STORE_INTENSITY, STORE_PERIOD, crash_server, raise_write_crash
+from .._client import REQUESTS as STORE_REQUESTS
 from .._client import parse_request
-from .._longterm_client import LONGTERM_KINDS, parse_longterm
+from .._holds import Ledger
+from .._longterm_client import LONGTERM_KINDS
 from .._write_rules import CALLER_ERRORS, NO_KEYS, admits
+from ..longterm import Usage
+from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
 from . import _longterm as lt
 from ._handle import WRITES_HERE, MemoryStoreHandle
 from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey, list_conversation, reindex_users, unlist_conversation
 
 CLOSE_TIMEOUT = 1.0  # how long an exiting store waits for a caller's write in progress
+REQUESTS = {**STORE_REQUESTS, "adopted": (0,)}  # whether its table came from an heir
 
 
 class MemoryStore(GenServer):
@@ -136,6 +141,13 @@ class MemoryStore(GenServer):
             # An incarnation killed between a conversation's write and its index's left
             # them apart: derive the index again from the conversations themselves.
             reindex_users(self.table)
+        # The holds of calls in flight live in the table, so they outlast a crash with it.
+        holds = self.table.get(lt.HOLDS)
+        if holds is None:
+            holds = Ledger()
+            puts: dict[Any, Any] = {lt.HOLDS: holds}
+            self.table.update(puts)
+        self.holds: Ledger = holds
         # Adds run on their callers' threads (ETS's write_concurrency): this lock makes them
         # take turns with each other and with the writes this server runs itself.
         self.write_lock = threading.Lock()
@@ -164,8 +176,27 @@ class MemoryStore(GenServer):
                 # What would have crashed the server crashes it still: let it restart.
                 raise crash_server(process, target, exc) from exc
 
+    def hold_here(self, process: Process, kind: str, arg: Any, target: object) -> Any:
+        """Run a checked ``reserve`` or ``release`` on the calling thread, under the write
+        lock every reservation takes: the check and the hold are one step."""
+        with self.write_lock:
+            if not self.writes_open or process.killed or process.dead:
+                raise NoProcess(target)
+            return self._hold(kind, arg)
+
+    def _hold(self, kind: str, arg: Any) -> Any:
+        if kind == "release":
+            return self.holds.release(arg)
+        conv, hold_id, hold, limits, ttl = arg
+        return self.holds.reserve(conv, hold_id, hold, limits, ttl, self._recorded)
+
     def handle_info(self, message: Any) -> Any:
         raise_write_crash(message)
+        abandoned = abandoned_hold(message)
+        if abandoned is not None:
+            with self.write_lock:
+                self.holds.release(abandoned)
+            return None
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
@@ -173,9 +204,11 @@ class MemoryStore(GenServer):
             return self._handle_call(message)
 
     def _handle_call(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] in LONGTERM_KINDS:
-            return self._longterm(*parse_longterm(message, "MemoryStore"))
-        kind, arg = parse_request(message, "MemoryStore")
+        if is_reservation(message):
+            return self._hold(*parse_reservation(message, "MemoryStore"))
+        kind, arg = parse_request(message, "MemoryStore", REQUESTS)
+        if kind in LONGTERM_KINDS:
+            return self._longterm(kind, arg)
         if kind in WRITES_HERE:
             self._add_or_import(kind, arg)
         elif kind == "clear":
@@ -191,10 +224,8 @@ class MemoryStore(GenServer):
             records = lt.user_records(arg, convs)
             # One step: the index, the conversations and the records go together.
             self.table.update(lt.forget_puts(rows, arg), [UserKey(arg), *convs, *records])
-        elif kind == "adopted":
+        else:  # "adopted", the only other request parse_request lets through
             return self.adopted
-        else:
-            raise ValueError(f"MemoryStore does not understand {short_repr(message)}")
         return None
 
     def _add_or_import(self, kind: str, arg: Any) -> None:
@@ -248,6 +279,14 @@ class MemoryStore(GenServer):
         self.table.update(puts)  # the messages and their usage sums in one step
         if entry is None and conv.user_id is not None:
             list_conversation(self.table, conv)  # after the snapshot: a listed conversation exists
+
+    def _recorded(self, conv: Conv, limit: Limit) -> Usage:
+        """What the table has recorded in a limit's scope, for a reservation."""
+        mapping = self.table.mapping()
+        if limit.scope == "user":
+            assert conv.user_id is not None  # checked with the limit
+            return lt.read_user_usage(mapping, conv.user_id, limit.since)
+        return lt.read_usage(mapping, conv, limit.since)
 
     def _longterm(self, kind: str, arg: Any) -> Any:
         mapping: dict[Any, Any] = self.table.mapping()

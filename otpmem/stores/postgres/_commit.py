@@ -13,16 +13,14 @@ from typing import Any, TypeVar
 
 from ...actors import Handle, NoProcess
 from ...messages import Conv
-from .._base import ConversationCleared, LeaseLost, StoreUnavailable
+from .._base import ConversationCleared, LeaseLost
 from .._write_rules import CALLER_ERRORS
-from ._dsn import redact
 from ._leases import Fence
+from ._pool import pooled, unavailable
 from ._writes import Add, FencesLost, Writes, check_appended
 
 T = TypeVar("T")
-CONNECT_TIMEOUT = 10.0
 DEADLOCK_RETRIES = 3
-IDLE_IN_TRANSACTION_MS = 5_000
 FenceOf = Callable[[Conv], Fence | None]
 """The lease an add to a conversation must hold (None: not fenced)."""
 FencedAdd = tuple[Add, Fence | None]
@@ -42,6 +40,7 @@ class Committing:
     writes: Writes
     handle: Handle
     dsn: str
+    connect_timeout: float
     _data_error: type[BaseException]
     _rollback: type[BaseException]
     _pool_closed: type[BaseException]
@@ -104,7 +103,7 @@ class Committing:
 
     @contextmanager
     def _cursor(self) -> Iterator[tuple[Any, Any]]:
-        with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn, conn.cursor() as cur:
+        with pooled(self.pool, self.connect_timeout) as conn, conn.cursor() as cur:
             yield conn, cur
 
     def _in_transaction(self, conn: Any, work: Callable[[], Any]) -> Any:
@@ -136,11 +135,9 @@ class Committing:
         if isinstance(exc, self._pool_closed):
             return NoProcess(owner)
         if isinstance(exc, self._psycopg_errors):
-            self.handle.send(("connection_lost", exc))
-            return StoreUnavailable(
-                f"lost PostgreSQL at {redact(self.dsn)} during a write ({exc}); it may not "
-                "have been stored: try again (with its idempotency key, to store it once)"
-            )
+            # The store carries on: the pool reconnects, and the caller's retry (keyed, to
+            # be stored once) succeeds once the server is back. Nothing was acknowledged.
+            return unavailable(exc, self.dsn, self.connect_timeout, "a write")
         return exc
 
 
@@ -164,8 +161,6 @@ def _lease_lost(item: FencedAdd) -> LeaseLost:
 
 
 __all__ = [
-    "CONNECT_TIMEOUT",
-    "IDLE_IN_TRANSACTION_MS",
     "Committing",
     "FenceOf",
     "FencedAdd",

@@ -43,11 +43,16 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+def embedded_dir(data_dir: str | os.PathLike[str] | None) -> str:
+    """The directory of an embedded server: ``data_dir``, or a new temporary one."""
+    return os.fspath(data_dir) if data_dir is not None else tempfile.mkdtemp(prefix="otpmem-pg-")
+
+
 def embedded_dsn(data_dir: str | os.PathLike[str] | None) -> str:
     """Start (or join) a PostgreSQL server of our own under ``data_dir``; its DSN. It runs
     until this process exits (none: a new temporary directory)."""
     pgserver = _pgserver()
-    where = os.fspath(data_dir) if data_dir is not None else tempfile.mkdtemp(prefix="otpmem-pg-")
+    where = embedded_dir(data_dir)
     with _quiet():
         server = pgserver.get_server(where, cleanup_mode="stop")
     uri: str = server.get_uri()
@@ -90,4 +95,4 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["embedded_dsn", "embedded_server"]
+__all__ = ["embedded_dir", "embedded_dsn", "embedded_server"]

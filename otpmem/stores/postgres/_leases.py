@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 from .._base import StoreUnavailable
 from ._dsn import check_dsn
+from ._pool import dropped
 
 CONNECT_TIMEOUT = 10
 STATEMENT_TIMEOUT_MS = 10_000
@@ -184,7 +185,9 @@ class Leases:
         params.setdefault("lock_prefix", self._lock_prefix)
         with self._lock:
             try:
-                if self._conn is None or self._conn.closed:
+                if self._conn is not None and dropped(self._conn):
+                    self._close_quietly()  # the server ended it while it idled (a restart)
+                if self._conn is None:
                     self._conn = psycopg.connect(
                         self.dsn,
                         autocommit=True,

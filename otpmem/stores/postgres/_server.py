@@ -5,10 +5,14 @@ pooled connection (in the blocking pool when the caller is a process, so no sche
 thread waits on the network): PostgreSQL, not a mailbox, orders them. Each write is one
 transaction that locks its conversation's row first, so writers on any number of nodes
 take turns per conversation (see ``_writes``); it returns once it committed. Reads are
-one statement each. A connection lost in
-the middle of a write answers the caller with a retryable ``StoreUnavailable`` and crashes
-the store, so its supervisor restarts it with a fresh pool; nothing acknowledged is lost
-(it was committed), and a batch retried with its idempotency key is stored once.
+one statement each.
+
+A lost server (stopped, restarted, crashed) costs the store nothing: a request that cannot
+reach it, or loses it midway, hears a retryable ``StoreUnavailable`` and the store carries
+on, its pool reconnecting by itself (see ``_pool``), so the same handle serves again once
+the server is back, supervised or not. Nothing acknowledged is lost (it was committed),
+and a batch retried with its idempotency key is stored once. A fenced add needs no restart
+either: its lease is checked in the transaction that commits it, whenever that is.
 
     store = PostgresStore.start_link("postgresql://app@db/otpmem")   # or no DSN: embedded
     store.add(Conv("ann", "c1"), [{"role": "user", "content": "hi"}])
@@ -20,6 +24,7 @@ embedded server).
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -41,21 +46,18 @@ from .._base import (
     StoreUnavailable,
 )
 from .._client import StoreClient, parse_request
-from .._longterm_client import LONGTERM_KINDS, LongTermClient, parse_longterm
+from .._holds import ReservationClient
+from .._longterm_client import LONGTERM_KINDS, LongTermClient
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
-from ._commit import (
-    CONNECT_TIMEOUT,
-    IDLE_IN_TRANSACTION_MS,
-    Committing,
-    FencedAdd,
-    FenceOf,
-    refused,
-)
+from ..reservations import RESERVATION_KINDS, abandoned_hold, is_reservation, parse_reservation
+from ._commit import Committing, FencedAdd, FenceOf, refused
 from ._dsn import check_dsn, redact
-from ._embedded import embedded_dsn
+from ._embedded import embedded_dir, embedded_dsn
 from ._group_commit import GroupCommit
+from ._holds import Holds, ensure_holds
 from ._leases import ensure_leases
+from ._pool import CONNECT_TIMEOUT, open_pool, pooled, unavailable
 from ._reads import PostgresReads, compose
 from ._schema import check_namespace, ensure_schema
 from ._writes import Writes
@@ -64,7 +66,9 @@ logger = logging.getLogger("otpmem.stores")
 
 READY_TIMEOUT = 30.0
 GROUP_MAX = 64  # adds committed in one transaction at most
-WRITES = frozenset({"add", "import", "clear", "forget_user", *LONGTERM_KINDS})
+WRITES = frozenset(
+    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS}
+)
 
 
 def _psycopg() -> Any:
@@ -105,6 +109,18 @@ def _check_dsn(dsn: str | None) -> None:
         check_dsn(dsn)  # a TypeError for what is not a str
 
 
+def _check_connect_timeout(timeout: object) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < math.inf
+    ):
+        raise ValueError(
+            f"connect_timeout must be a number of seconds > 0, got {short_repr(timeout)}"
+        )
+    return float(timeout)
+
+
 def _unreachable_because(dsn: str) -> str | None:
     """libpq's reason for refusing a connection to ``dsn`` now (None: it connects)."""
     psycopg, _ = _psycopg()
@@ -124,8 +140,9 @@ def schema_exists(dsn: str, namespace: str) -> bool:
     return bool(row and row[0])
 
 
-class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
-    """The ``ChatMemory`` (and ``LongTermStore``) face of a PostgresStore."""
+class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, ReservationClient, Handle):
+    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
+    PostgresStore."""
 
     __slots__ = ()
 
@@ -138,7 +155,12 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
     def call(self, message: Any, timeout: float | None = 5.0) -> Any:
         """A store request runs here, on this thread, as one transaction; anything else is
         a call to the server."""
-        if isinstance(message, tuple) and message and message[0] in WRITES:
+        if (
+            type(message) is tuple
+            and message
+            and type(message[0]) is str
+            and (message[0] in WRITES)
+        ):
             server = self._server()
             return blocking(server.perform, message, self._target())
         return super().call(message, timeout)
@@ -148,14 +170,12 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Handle):
         server = self._server()
         psycopg, pool_module = _psycopg()
         try:
-            with server.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
+            with pooled(server.pool, server.connect_timeout) as conn:
                 yield conn, server.reads
         except psycopg.DataError as exc:
             raise refused(exc) from None
         except (psycopg.OperationalError, pool_module.PoolTimeout) as exc:
-            raise StoreUnavailable(
-                f"PostgreSQL is unreachable ({type(exc).__name__}: {exc}); try again"
-            ) from exc
+            raise unavailable(exc, server.dsn, server.connect_timeout, "a read") from exc
         except pool_module.PoolClosed:
             raise NoProcess(self._target()) from None
 
@@ -178,9 +198,14 @@ class PostgresStore(Committing, GenServer):
         faults: FaultPlan | None = None,
         start_timeout: float | None = 60.0,
         fence: FenceOf | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> PostgresStoreHandle:
         """Connect to ``dsn`` (none: an embedded server under ``data_dir``), create or check
         the schema ``namespace``, and start the store linked to the caller.
+
+        A request waits up to ``connect_timeout`` s for a connection (the server down or
+        restarting), then raises a retryable ``StoreUnavailable``; the store carries on and
+        reconnects by itself, so the same handle works again once the server is back.
 
         ``fence(conv)``, if given, names the lease (in ``<namespace>.leases``, see
         ``Leases``) an add to ``conv`` must still hold when it commits, or None for an
@@ -195,8 +220,13 @@ class PostgresStore(Committing, GenServer):
             raise ValueError(f"pool_size must be an int >= 1, got {short_repr(pool_size)}")
         if fence is not None and not callable(fence):
             raise TypeError(f"fence must be a callable of a Conv, got {short_repr(fence)}")
+        connect_timeout = _check_connect_timeout(connect_timeout)
         handle = spawn_store(
-            cls, (dsn, namespace, pool_size, data_dir, fence), name, faults, start_timeout
+            cls,
+            (dsn, namespace, pool_size, data_dir, fence, connect_timeout),
+            name,
+            faults,
+            start_timeout,
         )
         assert isinstance(handle, PostgresStoreHandle)
         return handle
@@ -215,20 +245,30 @@ class PostgresStore(Committing, GenServer):
         period: float = STORE_PERIOD,
         listeners: Iterable[Callable[[SupervisorEvent], None]] = (),
         fence: FenceOf | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> ChildSpec:
         """A store named ``name`` under its own supervisor (child ``"store"``), as
-        ``LevelDBStore.child_spec``: a lost connection restarts it with a fresh pool."""
+        ``LevelDBStore.child_spec``. A lost server does not restart it (it reconnects in
+        place, as a bare store does); a crash does, with a fresh pool."""
         check_namespace(namespace)
         _check_dsn(dsn)  # before anything starts: a restart would not mend it
+        _check_connect_timeout(connect_timeout)
+        where = data_dir
 
         def start_store() -> Handle:
+            nonlocal where
+            if dsn is None and where is None:
+                # Chosen once: a restarted store must come back to the embedded server
+                # holding its conversations, not start an empty one somewhere new.
+                where = embedded_dir(None)
             return cls.start_link(
                 dsn,
                 namespace=namespace,
                 name=name,
                 pool_size=pool_size,
-                data_dir=data_dir,
+                data_dir=where,
                 fence=fence,
+                connect_timeout=connect_timeout,
             )
 
         return supervised_store(child_id or name, start_store, intensity, period, listeners)
@@ -240,6 +280,7 @@ class PostgresStore(Committing, GenServer):
         pool_size: int,
         data_dir: str | os.PathLike[str] | None,
         fence: FenceOf | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         psycopg, pool_module = _psycopg()
         self._psycopg_errors = (psycopg.OperationalError, pool_module.PoolTimeout)
@@ -247,23 +288,13 @@ class PostgresStore(Committing, GenServer):
         if dsn is None:
             dsn = blocking(embedded_dsn, data_dir)
         self.dsn = dsn
-        self.pool = pool_module.ConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=pool_size,  # callers beyond it wait for a connection (CONNECT_TIMEOUT)
-            # A transaction whose client froze between its statements (a GC pause, a
-            # stopped VM) must not hold its locks forever: the server ends it.
-            kwargs={
-                "autocommit": True,
-                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
-            },
-            open=False,
-            name=f"otpmem-{namespace}",
-        )
+        self.connect_timeout = connect_timeout
+        self.pool = open_pool(dsn, namespace, pool_size, connect_timeout)
         try:
-            blocking(self.pool.open, True, CONNECT_TIMEOUT)
-            with self.pool.connection(timeout=CONNECT_TIMEOUT) as conn:
+            blocking(self.pool.open, True, connect_timeout)
+            with pooled(self.pool, connect_timeout) as conn:
                 blocking(ensure_schema, conn, namespace)
+                blocking(ensure_holds, conn, namespace)
                 if fence is not None:
                     blocking(ensure_leases, conn, namespace)
         except self._psycopg_errors as exc:
@@ -273,7 +304,7 @@ class PostgresStore(Committing, GenServer):
             # restarting for a few seconds exhaust the store supervisor's restarts.
             reason = blocking(_unreachable_because, dsn) or str(exc)
             raise StoreUnavailable(
-                f"cannot reach PostgreSQL at {redact(dsn)} within {CONNECT_TIMEOUT:g} s: {reason}"
+                f"cannot reach PostgreSQL at {redact(dsn)} within {connect_timeout:g} s: {reason}"
             ) from exc
         except BaseException:
             self.pool.close()
@@ -281,6 +312,7 @@ class PostgresStore(Committing, GenServer):
         self.namespace = namespace
         self.fence = fence
         self.writes = Writes(namespace)
+        self.holds = Holds(namespace)
         self.reads = compose(namespace)
         self._pool_closed = pool_module.PoolClosed
         self._rollback = psycopg.errors.TransactionRollback
@@ -292,14 +324,18 @@ class PostgresStore(Committing, GenServer):
         on_exit(self.pool.close)
 
     def handle_info(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] == "connection_lost":
-            raise StoreUnavailable(f"lost PostgreSQL at {redact(self.dsn)}: {message[1]}")
+        abandoned = abandoned_hold(message)
+        if abandoned is not None:
+            try:
+                blocking(self.perform, ("release", abandoned), self.handle)
+            except Exception as exc:  # never worth a restart: the hold expires instead
+                logger.warning("could not drop the abandoned hold %s: %s", abandoned, exc)
+            return None
         return super().handle_info(message)
 
     def handle_call(self, message: Any) -> Any:
-        if isinstance(message, tuple) and message and message[0] in WRITES:
-            return blocking(self.perform, message, self.handle)
-        raise ValueError(f"PostgresStore does not understand {short_repr(message)}")
+        # perform's first step is the door (parse_request): garbage never reaches the pool.
+        return blocking(self.perform, message, self.handle)
 
     def perform(self, message: tuple[Any, ...], owner: object) -> Any:
         """Run one store request as one transaction, on the calling thread (an add joins
@@ -311,8 +347,13 @@ class PostgresStore(Committing, GenServer):
             return self._in_transaction(conn, lambda: work(cur, *args))
 
     def _work(self, message: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        if message[0] in LONGTERM_KINDS:
-            kind, arg = parse_longterm(message, "PostgresStore")
+        if is_reservation(message):
+            kind, arg = parse_reservation(message, "PostgresStore")
+            if kind == "release":
+                return self.holds.release, (arg,)
+            return self.holds.reserve, arg
+        kind, arg = parse_request(message, "PostgresStore")
+        if kind in LONGTERM_KINDS:
             work: dict[str, Callable[..., Any]] = {
                 "save_facts": self.writes.save_facts,
                 "save_profile": self.writes.save_profile,
@@ -320,7 +361,6 @@ class PostgresStore(Committing, GenServer):
                 "request_extraction": self.writes.request_extraction,
             }
             return work[kind], arg if isinstance(arg, tuple) else (arg,)
-        kind, arg = parse_request(message, "PostgresStore")
         if kind == "add":
             return self.writes.append, arg
         if kind == "import":
