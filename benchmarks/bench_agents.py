@@ -86,10 +86,11 @@ def reply(messages: list[dict[str, Any]], tools: Any) -> str:
     return REPLY
 
 
-def new_model() -> ScriptedModel:
+def new_model(record: bool = False) -> ScriptedModel:
     """A ScriptedModel that answers ``"ok"`` to every call, inline (it never waits, so an
-    agent calls it as the by-hand turn does, not through the blocking pool)."""
-    return ScriptedModel(reply, blocks=False)
+    agent calls it as the by-hand turn does, not through the blocking pool); ``record``
+    keeps the last 1,000 calls."""
+    return ScriptedModel(reply, blocks=False, record=record)
 
 
 def user_message() -> dict[str, Any]:
@@ -179,14 +180,12 @@ def bench_throughput(quick: bool) -> list[str]:
         per_thread = {name: max(1, turns // len(groups[name])) for name in sizes}
         for name in sizes:
             drive(groups[name], max(1, per_thread[name] // 5))  # warm-up
-            model.calls.clear()
         for r in range(repeats):
             chunk_rates: dict[str, list[float]] = {name: [] for name in sizes}
             for k in range(chunks):
                 for name in rotated(list(sizes), r + k):
                     done = per_thread[name] * len(groups[name])
                     chunk_rates[name].append(done / drive(groups[name], per_thread[name]))
-                    model.calls.clear()
             for name in sizes:
                 rates[name].append(statistics.median(chunk_rates[name]))  # the median chunk
         held = otpmem.default_store().count(pool["1"][0].info()["conversation"])
@@ -244,7 +243,7 @@ def bench_overhead(quick: bool) -> list[str]:
     """One agent turn vs the same store calls made directly, from a plain thread and from a
     process, paired per repeat."""
     calls, chunks, repeats = (50, 5, 3) if quick else (100, 12, 5)
-    model = new_model()
+    model = new_model(record=True)  # what each call was sent is checked at the end
     with ExitStack() as running:
         store = MemoryStore.start_link()
         running.callback(store.stop)
@@ -368,7 +367,6 @@ def agent_round(n: int, store: MemoryStoreHandle, model: ScriptedModel) -> Round
         rss1, _ = memory_kib()
         for agent in agents:
             agent.run(TEXT)
-        model.calls.clear()
         rss2, _ = memory_kib()
     finally:
         stop_agents(agents)

@@ -59,14 +59,12 @@ def race(
     n: dict[str, int],
     chunks: int,
     repeats: int,
-    between: Callable[[], None] = lambda: None,
 ) -> dict[str, list[float]]:
     """Per repeat, the median chunk's seconds per call of every contender, rotated."""
     counter = 0
     for name, call in contenders.items():
         time_calls(call, max(1, n[name] // 5), counter)  # warm-up
         counter += n[name]
-    between()
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(repeats):
         per_chunk: dict[str, list[float]] = {name: [] for name in contenders}
@@ -74,7 +72,6 @@ def race(
             for name in rotated(list(contenders), r + k):
                 per_chunk[name].append(time_calls(contenders[name], n[name], counter))
                 counter += n[name]
-                between()
         for name in contenders:
             times[name].append(statistics.median(per_chunk[name]))
     return times
@@ -178,8 +175,7 @@ def bench_turns(quick: bool) -> list[str]:
         contenders: dict[str, Callable[[int], Any]] = {
             name: (lambda i, a=agent: a.run(TEXT)) for name, agent in agents.items()
         }
-        times = race(contenders, dict.fromkeys(contenders, calls), chunks, repeats,
-                     between=model.calls.clear)  # fmt: skip
+        times = race(contenders, dict.fromkeys(contenders, calls), chunks, repeats)
         injected = sum(1 for m in store.get(Conv("user-both", "both")) if m["role"] == "system")
     if injected:
         raise AssertionError("injected context was stored")

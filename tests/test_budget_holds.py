@@ -269,21 +269,23 @@ def test_a_scope_spent_for_real_is_refused_at_once_as_a_check_would(store: Any) 
     watched = Watched(store)
     spent = {"role": "assistant", "content": "x", "metadata": {"usage": {"prompt_tokens": 90}}}
     store.add(ANN, [spent])
-    model = ScriptedModel(["never"])
+    model = ScriptedModel(["never"], record=True)
     agent = start(watched, model, [TokenBudget(80, scope="user")])
     try:
         with pytest.raises(PolicyViolation) as refused:
             agent.run("go")
         assert refused.value.reason == "token budget exceeded: 90 / 80 tokens (scope: user)"
         assert len(watched.answers) == 1, "no waiting: no hold settling can undo what was spent"
-        assert model.calls == []
+        assert len(model.calls) == 0
     finally:
         agent.stop()
 
 
 def test_a_cost_budget_s_first_call_holds_an_unknown_cost(store: Any) -> None:
     watched = Watched(store)
-    model = ScriptedModel([{"content": "ok", "usage": {"prompt_tokens": 100, "cost": "0.1"}}] * 2)
+    model = ScriptedModel(
+        [{"content": "ok", "usage": {"prompt_tokens": 100, "cost": "0.1"}}] * 2, record=True
+    )
     agent = start(watched, model, [CostBudget("1.00", scope="user")])
     try:
         agent.run("one")
@@ -297,7 +299,7 @@ def test_a_cost_budget_s_first_call_holds_an_unknown_cost(store: Any) -> None:
 
 
 def test_a_store_that_cannot_reserve_is_checked_as_before(store: Any) -> None:
-    model = ScriptedModel([{"content": "ok", "usage": {"prompt_tokens": 60}}] * 3)
+    model = ScriptedModel([{"content": "ok", "usage": {"prompt_tokens": 60}}] * 3, record=True)
     agent = start(Unreserved(store), model, [TokenBudget(100, scope="user")])
     try:
         agent.run("one")

@@ -101,7 +101,7 @@ def test_estimated_mode_refuses_a_call_that_would_overshoot_before_it_is_made(st
     try:
         with pytest.raises(PolicyViolation) as refused:
             agent.run("x" * 200)  # 3 + 50 tokens of message alone: over 20 before any usage
-        assert model.calls == [] and store.get(ANN) == []
+        assert len(model.calls) == 0 and store.get(ANN) == []
         sent = [{"role": "system", "content": "be brief"}, user("x" * 200)]
         assert refused.value.metadata["estimated"] == sum(counter.count(m) for m in sent)
         assert refused.value.metadata["accumulated"] == 0
@@ -140,7 +140,7 @@ def test_missing_ids_fail_closed_with_a_reason(store: Any) -> None:
             PolicyViolation, match=r"TokenBudget \(user\): the request names no user"
         ):
             agent.run("hi")
-        assert model.calls == []
+        assert len(model.calls) == 0
     finally:
         agent.stop()
     for policy in (TokenBudget(5), CostBudget("1"), TokenBudget(5, "time_window", window_s=9)):
@@ -183,7 +183,7 @@ def test_time_window_budget_survives_a_reopen_of_the_store(tmp_path: Path) -> No
         try:
             with pytest.raises(PolicyViolation, match="80 / 50"):
                 agent.run("more")
-            assert model.calls == []
+            assert len(model.calls) == 0
         finally:
             agent.stop()
     finally:

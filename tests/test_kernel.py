@@ -224,7 +224,7 @@ def tracing_model(trace: list[str], reply: str = "ok") -> ScriptedModel:
         trace.append("terminal")
         return reply
 
-    return ScriptedModel(answer)
+    return ScriptedModel(answer, record=True)
 
 
 def test_onion_order() -> None:
@@ -269,7 +269,7 @@ def test_empty_chain_runs_terminal() -> None:
     response, context = Kernel(model).chat([user("hi")])
     assert response.content == "direct"
     assert trace == ["terminal"]
-    assert model.calls == [([user("hi")], None)]
+    assert list(model.calls) == [([user("hi")], None)]
     assert isinstance(context, Context)
 
 
@@ -307,7 +307,7 @@ def test_short_circuit() -> None:
     response, _ = kernel.chat([user("hi")])
     assert response.content == "from cache"
     assert trace == ["o_before", "halted", "o_after"]
-    assert model.calls == []
+    assert len(model.calls) == 0
 
 
 def test_filter_can_rewrite_request_and_response() -> None:
@@ -315,7 +315,7 @@ def test_filter_can_rewrite_request_and_response() -> None:
         response, context = next_(request.with_messages([*request.messages, user("added")]))
         return dataclasses.replace(response, content=response.content.upper()), context
 
-    model = ScriptedModel(lambda messages, tools: f"saw {len(messages)}")
+    model = ScriptedModel(lambda messages, tools: f"saw {len(messages)}", record=True)
     response, _ = Kernel(model, filters=[Filter("rw", around_chat=rewrite)]).chat([user("a")])
     assert response.content == "SAW 2"
     assert model.calls[0][0] == [user("a"), user("added")]
@@ -476,7 +476,7 @@ def test_kernel_rejects_duplicate_tool_names() -> None:
 
 
 def test_kernel_sends_tool_specs_to_the_model() -> None:
-    model = ScriptedModel(["x"])
+    model = ScriptedModel(["x"], record=True)
     Kernel(model, tools=[add]).chat([user("hi")])
     assert model.calls[0][1] == [tool(add).spec()]
 
@@ -540,7 +540,7 @@ def test_post_chat_stores_response(store: MemoryStoreHandle) -> None:
 
 def test_memory_filter_through_kernel_chat(store: MemoryStoreHandle) -> None:
     store.add("c", [OLD])
-    model = ScriptedModel(["reply"])
+    model = ScriptedModel(["reply"], record=True)
     kernel = Kernel(model, filters=[memory_filter(store)])
     response, _ = kernel.chat([NEW], Context(conversation_id="c"))
     assert response.content == "reply"
@@ -574,7 +574,7 @@ def test_memory_filter_accepts_a_conv_with_user(store: MemoryStoreHandle) -> Non
 
 
 def saw_n() -> ScriptedModel:
-    return ScriptedModel(lambda messages, tools: f"saw:{len(messages)}")
+    return ScriptedModel(lambda messages, tools: f"saw:{len(messages)}", record=True)
 
 
 @pytest.mark.parametrize("method", ["invoke", "chat"])
@@ -663,7 +663,7 @@ TOOL_RESULT = {"role": "tool", "tool_call_id": "c1", "name": "add", "content": "
 
 
 def test_mock_tool_call_loop_full_mode() -> None:
-    model = ScriptedModel(answer_with_tool_result, usage=False)
+    model = ScriptedModel(answer_with_tool_result, usage=False, record=True)
     kernel = Kernel(model, tools=[add])
     response, context = kernel.invoke([user("7 + 8?")])
     assert response.content == "The answer is 15"
@@ -674,7 +674,7 @@ def test_mock_tool_call_loop_full_mode() -> None:
 
 
 def test_mock_tool_call_loop_delta_mode(store: MemoryStoreHandle) -> None:
-    model = ScriptedModel(answer_with_tool_result, usage=False)
+    model = ScriptedModel(answer_with_tool_result, usage=False, record=True)
     kernel = Kernel(model, filters=[memory_filter(store)], tools=[add])
     response, _ = kernel.invoke([user("7 + 8?")], Context(conversation_id="calc"))
     assert response.content == "The answer is 15"
@@ -710,7 +710,7 @@ def test_assistant_text_alongside_tool_calls_is_kept(store: MemoryStoreHandle, d
             return "done"
         return {"content": "Let me add those.", "tool_calls": [add_call("c1", 7, 8)]}
 
-    model = ScriptedModel(answer, usage=False)
+    model = ScriptedModel(answer, usage=False, record=True)
     filters = [memory_filter(store)] if delta else []
     kernel = Kernel(model, filters=filters, tools=[add])
     kernel.invoke([user("7 + 8?")], Context(conversation_id="c" if delta else None))
@@ -731,7 +731,7 @@ def test_system_prompt_innermost_and_never_stored(store: MemoryStoreHandle) -> N
         outer.append([dict(m) for m in request.messages])
         return next_(request)
 
-    model = ScriptedModel(answer_with_tool_result, usage=False)
+    model = ScriptedModel(answer_with_tool_result, usage=False, record=True)
     kernel = Kernel(
         model,
         filters=[Filter("outer", around_chat=record), memory_filter(store)],
@@ -776,7 +776,9 @@ def test_system_prompt_in_full_mode_not_seen_by_filters() -> None:
 
 def endless_tool_calls() -> ScriptedModel:
     counter = iter(range(1000))
-    return ScriptedModel(lambda messages, tools: {"tool_calls": [add_call(f"c{next(counter)}")]})
+    return ScriptedModel(
+        lambda messages, tools: {"tool_calls": [add_call(f"c{next(counter)}")]}, record=True
+    )
 
 
 def test_max_tool_iterations_raises() -> None:
@@ -810,7 +812,7 @@ def test_unknown_tool_error_goes_back_to_the_model() -> None:
             return "recovered"
         return {"tool_calls": [tool_call("c1", "nope", "{}")]}
 
-    model = ScriptedModel(answer)
+    model = ScriptedModel(answer, record=True)
     response, _ = Kernel(model, tools=[add]).invoke([user("call nope")])
     assert response.content == "recovered"
     result = model.calls[1][0][-1]
@@ -860,7 +862,7 @@ def test_several_tool_calls_in_one_round_run_in_order() -> None:
             ]
         }
 
-    model = ScriptedModel(answer)
+    model = ScriptedModel(answer, record=True)
     Kernel(model, tools=[note]).invoke([user("go")])
     assert order == [1, 2, 3]
     results = model.calls[1][0][2:]

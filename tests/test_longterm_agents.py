@@ -40,7 +40,7 @@ def start(store: Any, model: ScriptedModel, ltm: LongTermMemory, **options: Any)
 def test_per_turn_facts_reach_the_next_turn_pinned_first_and_are_never_stored(store: Any) -> None:
     ltm = LongTermMemory(store, RuleFactExtractor(), trigger="per_turn")
     store.save_profile(Profile("ann", "Ann is a developer."))
-    model = ScriptedModel(["Nice to meet you.", "You live in Lyon."])
+    model = ScriptedModel(["Nice to meet you.", "You live in Lyon."], record=True)
     agent = start(store, model, ltm, system_prompt="Be brief.")
     try:
         agent.run("My name is Ann and I live in Lyon.")
@@ -114,7 +114,7 @@ def test_injection_across_tool_rounds_and_a_refused_extraction_never_fail_a_turn
 
     store.save_fact(Fact("ann", "name", "Ann"))
     call = tool_call("c1", "add", '{"a": 1, "b": 2}')
-    model = ScriptedModel([{"content": None, "tool_calls": [call]}, "3"])
+    model = ScriptedModel([{"content": None, "tool_calls": [call]}, "3"], record=True)
     ltm = LongTermMemory(store, Broken(), trigger="per_turn")  # type: ignore[arg-type]
     agent = start(store, model, ltm, tools=[add])
     try:
@@ -136,7 +136,7 @@ def test_pipeline_provider_injects_long_term_memory_in_prepare(store: Any) -> No
     assert prepared[0]["content"] == "User context:\n- city: Lyon"
     assert prepared[1:] == history[1:]
     # An agent over that provider, given the same memory, does not inject it twice.
-    model = ScriptedModel(["ok"])
+    model = ScriptedModel(["ok"], record=True)
     agent = Agent.start_link(llm=model, memory=provider, user_id="ann", conversation_id="chat",
                              long_term_memory=ltm)  # fmt: skip
     try:

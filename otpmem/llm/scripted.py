@@ -55,9 +55,9 @@ class ScriptedModel:
         ScriptedModel(["hi"], record=True)  # .calls: what each of the last 1,000 was sent
 
     ``call_count`` counts its calls. It records what it was sent only when asked:
-    ``record=True`` keeps the last 1,000 calls in ``calls`` (a copy of the messages and
-    tools of each, oldest first), ``record=N`` the last N; by default it keeps none, so a
-    model that answers for days holds no more than one that answered once (reading
+    ``record=True`` keeps the last 1,000 calls in ``calls``, a deque (a copy of the messages
+    and tools of each, oldest first), ``record=N`` the last N; by default it keeps none, so
+    a model that answers for days holds no more than one that answered once (reading
     ``calls`` then says how to turn recording on). Thread-safe: agents sharing one model
     see one script.
 
@@ -91,16 +91,16 @@ class ScriptedModel:
         self.call_count = 0
 
     @property
-    def calls(self) -> list[Call]:
-        """The recorded calls, oldest first (a copy); only for a model made with ``record``."""
+    def calls(self) -> deque[Call]:
+        """The recorded calls, oldest first: the live record (``calls.clear()`` empties it),
+        only for a model made with ``record``."""
         if self._calls is None:
             raise AttributeError(
                 "this ScriptedModel records no calls: make it with record=True to keep the "
                 f"last {RECORD_LAST:,} in .calls, or record=N for the last N "
                 f"(it counts them in .call_count: {self.call_count} so far)"
             )
-        with self._lock:
-            return list(self._calls)
+        return self._calls
 
     def chat(
         self,
