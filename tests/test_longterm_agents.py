@@ -40,7 +40,7 @@ def start(store: Any, model: ScriptedModel, ltm: LongTermMemory, **options: Any)
 def test_per_turn_facts_reach_the_next_turn_pinned_first_and_are_never_stored(store: Any) -> None:
     ltm = LongTermMemory(store, RuleFactExtractor(), trigger="per_turn")
     store.save_profile(Profile("ann", "Ann is a developer."))
-    model = ScriptedModel(["Nice to meet you.", "You live in Lyon."])
+    model = ScriptedModel(["Nice to meet you.", "You live in Lyon."], record=True)
     agent = start(store, model, ltm, system_prompt="Be brief.")
     try:
         agent.run("My name is Ann and I live in Lyon.")
@@ -80,7 +80,7 @@ def test_injection_is_capped_newest_facts_first(store: Any) -> None:
 
 def test_on_close_extracts_when_the_agent_stops_and_not_before(store: Any) -> None:
     ltm = LongTermMemory(store, RuleFactExtractor(), trigger="on_close")
-    agent = start(store, ScriptedModel(["ok", "ok"]), ltm)
+    agent = start(store, ScriptedModel(["ok", "ok"], record=True), ltm)
     agent.run("I prefer green tea.")
     agent.run("And I work at Acme.")
     assert store.get_facts("ann") == []
@@ -94,7 +94,7 @@ def test_on_close_extracts_when_the_agent_stops_and_not_before(store: Any) -> No
 
 def test_manual_trigger_extracts_only_when_asked(store: Any) -> None:
     ltm = LongTermMemory(store, RuleFactExtractor())
-    agent = start(store, ScriptedModel(["ok"]), ltm)
+    agent = start(store, ScriptedModel(["ok"], record=True), ltm)
     try:
         agent.run("My name is Ann.")
         assert store.get_facts("ann") == []
@@ -114,7 +114,7 @@ def test_injection_across_tool_rounds_and_a_refused_extraction_never_fail_a_turn
 
     store.save_fact(Fact("ann", "name", "Ann"))
     call = tool_call("c1", "add", '{"a": 1, "b": 2}')
-    model = ScriptedModel([{"content": None, "tool_calls": [call]}, "3"])
+    model = ScriptedModel([{"content": None, "tool_calls": [call]}, "3"], record=True)
     ltm = LongTermMemory(store, Broken(), trigger="per_turn")  # type: ignore[arg-type]
     agent = start(store, model, ltm, tools=[add])
     try:
@@ -136,7 +136,7 @@ def test_pipeline_provider_injects_long_term_memory_in_prepare(store: Any) -> No
     assert prepared[0]["content"] == "User context:\n- city: Lyon"
     assert prepared[1:] == history[1:]
     # An agent over that provider, given the same memory, does not inject it twice.
-    model = ScriptedModel(["ok"])
+    model = ScriptedModel(["ok"], record=True)
     agent = Agent.start_link(llm=model, memory=provider, user_id="ann", conversation_id="chat",
                              long_term_memory=ltm)  # fmt: skip
     try:
@@ -151,7 +151,9 @@ def test_pipeline_provider_injects_long_term_memory_in_prepare(store: Any) -> No
 def test_long_term_memory_config_is_checked_at_start(store: Any) -> None:
     ltm = LongTermMemory(store)
     with pytest.raises(ValueError, match="give the agent a user_id"):
-        Agent.start_link(llm=ScriptedModel([]), memory={"store": store}, long_term_memory=ltm)
+        Agent.start_link(
+            llm=ScriptedModel([], record=True), memory={"store": store}, long_term_memory=ltm
+        )
     other = MemoryStore.start_link()
     try:
         with pytest.raises(ValueError, match="another store"):
@@ -160,10 +162,12 @@ def test_long_term_memory_config_is_checked_at_start(store: Any) -> None:
     finally:
         other.stop()
     with pytest.raises(TypeError, match="must be a LongTermMemory"):
-        Agent.start_link(llm=ScriptedModel([]), memory={"store": store}, user_id="ann",
+        Agent.start_link(llm=ScriptedModel([], record=True), memory={"store": store}, user_id="ann",
                          long_term_memory={"facts": True})  # fmt: skip
     with pytest.raises(ValueError, match="give the agent memory"):
-        Agent.start_link(llm=ScriptedModel([]), memory=None, user_id="ann", long_term_memory=ltm)
+        Agent.start_link(
+            llm=ScriptedModel([], record=True), memory=None, user_id="ann", long_term_memory=ltm
+        )
     with pytest.raises(TypeError, match="LongTermMemory"):
         PipelineProvider(store, long_term_memory="yes")
 
