@@ -173,7 +173,9 @@ def test_a_tool_round_runs_with_the_answer_s_hold_already_released(store: Any) -
         seen.append(held(store))
         return "42"
 
-    model = ScriptedModel([{"content": None, "tool_calls": [tool_call("t1", "look")]}, "done"])
+    model = ScriptedModel(
+        [{"content": None, "tool_calls": [tool_call("t1", "look")]}, "done"], record=True
+    )
     agent = start(store, model, [TokenBudget(10_000, scope="user")], tools=[look])
     try:
         assert agent.run("look").content == "done"
@@ -241,7 +243,12 @@ def test_a_call_kept_out_by_holds_waits_and_goes_once_they_settle(store: Any) ->
 def test_a_call_still_kept_out_after_wait_s_is_refused_naming_the_holds(store: Any) -> None:
     first = Gate(tokens=100)
     a = start(store, first, [TokenBudget(500, scope="user")])
-    b = start(store, ScriptedModel(["never"]), [TokenBudget(500, scope="user", wait_s=0.05)], ANN2)
+    b = start(
+        store,
+        ScriptedModel(["never"], record=True),
+        [TokenBudget(500, scope="user", wait_s=0.05)],
+        ANN2,
+    )
     try:
         thread, _ = running(a)
         assert first.entered.wait(WAIT)
@@ -314,7 +321,7 @@ def test_a_store_that_cannot_reserve_is_checked_as_before(store: Any) -> None:
 
 def test_the_kernel_filter_holds_max_tokens_and_releases_when_the_call_fails(store: Any) -> None:
     watched = Watched(store)
-    model = ScriptedModel(["ok", ModelError("down")])
+    model = ScriptedModel(["ok", ModelError("down")], record=True)
     guard = guardrails_filter([TokenBudget(10_000)], watched)
     kernel = Kernel(model, [guard, memory_filter(store)])
     kernel.chat([USER], Context(conversation_id=ANN), max_tokens=50)
@@ -348,7 +355,11 @@ def test_a_conversation_s_stored_messages_are_counted_once_not_at_every_call() -
             return super().count(message)
 
     store = MemoryStore.start_link()
-    agent = start(store, ScriptedModel(lambda messages: "ok"), [TokenBudget(10**9, counter=Spy())])
+    agent = start(
+        store,
+        ScriptedModel(lambda messages: "ok", record=True),
+        [TokenBudget(10**9, counter=Spy())],
+    )
     try:
         for turn in range(5):
             agent.run(f"turn {turn}")

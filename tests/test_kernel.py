@@ -323,7 +323,9 @@ def test_filter_can_rewrite_request_and_response() -> None:
 
 def test_terminal_error_propagates_through_filters() -> None:
     trace: list[str] = []
-    kernel = Kernel(ScriptedModel([RuntimeError("boom")]), filters=[tracing_filter("a", trace)])
+    kernel = Kernel(
+        ScriptedModel([RuntimeError("boom")], record=True), filters=[tracing_filter("a", trace)]
+    )
     with pytest.raises(RuntimeError, match="boom"):
         kernel.chat([user("hi")])
     assert trace == ["a_before"]
@@ -368,7 +370,9 @@ def add_call(call_id: str = "c1", a: int = 5, b: int = 10) -> Msg:
 
 def test_around_tool_pre_doubles_arguments() -> None:
     kernel = Kernel(
-        ScriptedModel([]), filters=[Filter("pre", around_tool=doubling_arguments)], tools=[add]
+        ScriptedModel([], record=True),
+        filters=[Filter("pre", around_tool=doubling_arguments)],
+        tools=[add],
     )
     result = kernel.run_tool(add_call(), Context())
     assert result == {"role": "tool", "tool_call_id": "c1", "name": "add", "content": "30"}
@@ -376,7 +380,9 @@ def test_around_tool_pre_doubles_arguments() -> None:
 
 def test_around_tool_post_doubles_result() -> None:
     kernel = Kernel(
-        ScriptedModel([]), filters=[Filter("post", around_tool=doubling_result)], tools=[add]
+        ScriptedModel([], record=True),
+        filters=[Filter("post", around_tool=doubling_result)],
+        tools=[add],
     )
     assert kernel.run_tool(add_call(), Context())["content"] == "30"
 
@@ -392,7 +398,7 @@ def test_around_tool_short_circuit_returns_cached_result() -> None:
         return '{"cached": 42}'
 
     kernel = Kernel(
-        ScriptedModel([]),
+        ScriptedModel([], record=True),
         filters=[Filter("cache", around_tool=cached)],
         tools=[tool(counted, name="add")],
     )
@@ -433,7 +439,7 @@ def test_around_tool_filters_apply_inside_the_loop() -> None:
         return {"tool_calls": [add_call()]}
 
     kernel = Kernel(
-        ScriptedModel(answer),
+        ScriptedModel(answer, record=True),
         filters=[
             Filter("pre", around_tool=doubling_arguments),
             Filter("post", around_tool=doubling_result),
@@ -457,7 +463,7 @@ def test_kernel_rejects_a_non_chat_model() -> None:
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "3", None])
 def test_kernel_rejects_bad_max_tool_iterations(bad: Any) -> None:
     with pytest.raises(ValueError, match="max_tool_iterations"):
-        Kernel(ScriptedModel([]), max_tool_iterations=bad)
+        Kernel(ScriptedModel([], record=True), max_tool_iterations=bad)
 
 
 def test_kernel_rejects_non_filter_filters() -> None:
@@ -465,14 +471,14 @@ def test_kernel_rejects_non_filter_filters() -> None:
         return next_(request)
 
     with pytest.raises(TypeError, match="Filter"):
-        Kernel(ScriptedModel([]), filters=[hook])  # type: ignore[list-item]
+        Kernel(ScriptedModel([], record=True), filters=[hook])  # type: ignore[list-item]
     with pytest.raises(TypeError):
-        Kernel(ScriptedModel([]), filters=[Filter("ok"), {"name": "x"}])  # type: ignore[list-item]
+        Kernel(ScriptedModel([], record=True), filters=[Filter("ok"), {"name": "x"}])  # type: ignore[list-item]
 
 
 def test_kernel_rejects_duplicate_tool_names() -> None:
     with pytest.raises(ValueError, match="add"):
-        Kernel(ScriptedModel([]), tools=[add, Tool("add", "other", {}, fn=lambda: 0)])
+        Kernel(ScriptedModel([], record=True), tools=[add, Tool("add", "other", {}, fn=lambda: 0)])
 
 
 def test_kernel_sends_tool_specs_to_the_model() -> None:
@@ -549,13 +555,17 @@ def test_memory_filter_through_kernel_chat(store: MemoryStoreHandle) -> None:
 
 
 def test_memory_filter_does_not_store_an_empty_reply(store: MemoryStoreHandle) -> None:
-    kernel = Kernel(ScriptedModel([ChatResponse(content=None)]), filters=[memory_filter(store)])
+    kernel = Kernel(
+        ScriptedModel([ChatResponse(content=None)], record=True), filters=[memory_filter(store)]
+    )
     kernel.chat([NEW], Context(conversation_id="c"))
     assert store.get("c") == [NEW]
 
 
 def test_memory_filter_keeps_the_delta_when_the_model_fails(store: MemoryStoreHandle) -> None:
-    kernel = Kernel(ScriptedModel([RuntimeError("down")]), filters=[memory_filter(store)])
+    kernel = Kernel(
+        ScriptedModel([RuntimeError("down")], record=True), filters=[memory_filter(store)]
+    )
     with pytest.raises(RuntimeError, match="down"):
         kernel.chat([NEW], Context(conversation_id="c"))
     assert store.get("c") == [NEW]  # stored before the call; nothing rolled back
@@ -563,9 +573,9 @@ def test_memory_filter_keeps_the_delta_when_the_model_fails(store: MemoryStoreHa
 
 def test_memory_filter_accepts_a_conv_with_user(store: MemoryStoreHandle) -> None:
     conv = Conv("alice", "c")
-    Kernel(ScriptedModel(["hi alice"], usage=False), filters=[memory_filter(store)]).chat(
-        [NEW], Context(conversation_id=conv)
-    )
+    Kernel(
+        ScriptedModel(["hi alice"], usage=False, record=True), filters=[memory_filter(store)]
+    ).chat([NEW], Context(conversation_id=conv))
     assert store.get(conv) == [NEW, {"role": "assistant", "content": "hi alice"}]
     assert store.conversations("alice") == [conv]
 
@@ -621,7 +631,9 @@ def test_ephemeral_cleanup_when_the_model_raises_mid_invoke(store: MemoryStoreHa
         seen.append((conv, store.get(conv)))
         return next_(request)
 
-    model = ScriptedModel([{"tool_calls": [add_call("c1", 7, 8)]}, RuntimeError("model died")])
+    model = ScriptedModel(
+        [{"tool_calls": [add_call("c1", 7, 8)]}, RuntimeError("model died")], record=True
+    )
     kernel = Kernel(
         model, filters=[memory_filter(store), Filter("spy", around_chat=spy)], tools=[add]
     )
@@ -639,14 +651,14 @@ def test_ephemeral_cleanup_when_the_model_raises_mid_invoke(store: MemoryStoreHa
 
 
 def test_named_conversation_is_not_cleared_on_error(store: MemoryStoreHandle) -> None:
-    kernel = Kernel(ScriptedModel([RuntimeError("x")]), filters=[memory_filter(store)])
+    kernel = Kernel(ScriptedModel([RuntimeError("x")], record=True), filters=[memory_filter(store)])
     with pytest.raises(RuntimeError):
         kernel.invoke([user("keep me")], Context(conversation_id="named"))
     assert store.get("named") == [user("keep me")]
 
 
 def test_no_memory_no_ephemeral_id() -> None:
-    _, context = Kernel(ScriptedModel(["x"])).invoke([user("a")])
+    _, context = Kernel(ScriptedModel(["x"], record=True)).invoke([user("a")])
     assert context.conversation_id is None
     assert context.ephemeral is False
 
@@ -695,7 +707,7 @@ def test_delta_mode_sends_only_the_delta_through_outer_filters(
         return next_(request)
 
     kernel = Kernel(
-        ScriptedModel(answer_with_tool_result),
+        ScriptedModel(answer_with_tool_result, record=True),
         filters=[Filter("outer", around_chat=record), memory_filter(store)],
         tools=[add],
     )
@@ -802,7 +814,9 @@ def test_max_tool_iterations_in_delta_mode_clears_ephemeral(store: MemoryStoreHa
 
 
 def test_max_tool_iterations_one_allows_a_plain_answer() -> None:
-    response, _ = Kernel(ScriptedModel(["fine"]), max_tool_iterations=1).invoke([user("a")])
+    response, _ = Kernel(ScriptedModel(["fine"], record=True), max_tool_iterations=1).invoke(
+        [user("a")]
+    )
     assert response.content == "fine"
 
 
@@ -834,7 +848,9 @@ def test_raising_tool_error_goes_back_to_the_model(store: MemoryStoreHandle) -> 
             return "handled"
         return {"tool_calls": [tool_call("d1", "divide", '{"a": 1, "b": 0}')]}
 
-    kernel = Kernel(ScriptedModel(answer), filters=[memory_filter(store)], tools=[divide])
+    kernel = Kernel(
+        ScriptedModel(answer, record=True), filters=[memory_filter(store)], tools=[divide]
+    )
     response, _ = kernel.invoke([user("1/0")], Context(conversation_id="div"))
     assert response.content == "handled"
     stored_result = store.get("div")[2]

@@ -80,7 +80,7 @@ def test_injection_is_capped_newest_facts_first(store: Any) -> None:
 
 def test_on_close_extracts_when_the_agent_stops_and_not_before(store: Any) -> None:
     ltm = LongTermMemory(store, RuleFactExtractor(), trigger="on_close")
-    agent = start(store, ScriptedModel(["ok", "ok"]), ltm)
+    agent = start(store, ScriptedModel(["ok", "ok"], record=True), ltm)
     agent.run("I prefer green tea.")
     agent.run("And I work at Acme.")
     assert store.get_facts("ann") == []
@@ -94,7 +94,7 @@ def test_on_close_extracts_when_the_agent_stops_and_not_before(store: Any) -> No
 
 def test_manual_trigger_extracts_only_when_asked(store: Any) -> None:
     ltm = LongTermMemory(store, RuleFactExtractor())
-    agent = start(store, ScriptedModel(["ok"]), ltm)
+    agent = start(store, ScriptedModel(["ok"], record=True), ltm)
     try:
         agent.run("My name is Ann.")
         assert store.get_facts("ann") == []
@@ -151,7 +151,9 @@ def test_pipeline_provider_injects_long_term_memory_in_prepare(store: Any) -> No
 def test_long_term_memory_config_is_checked_at_start(store: Any) -> None:
     ltm = LongTermMemory(store)
     with pytest.raises(ValueError, match="give the agent a user_id"):
-        Agent.start_link(llm=ScriptedModel([]), memory={"store": store}, long_term_memory=ltm)
+        Agent.start_link(
+            llm=ScriptedModel([], record=True), memory={"store": store}, long_term_memory=ltm
+        )
     other = MemoryStore.start_link()
     try:
         with pytest.raises(ValueError, match="another store"):
@@ -160,10 +162,12 @@ def test_long_term_memory_config_is_checked_at_start(store: Any) -> None:
     finally:
         other.stop()
     with pytest.raises(TypeError, match="must be a LongTermMemory"):
-        Agent.start_link(llm=ScriptedModel([]), memory={"store": store}, user_id="ann",
+        Agent.start_link(llm=ScriptedModel([], record=True), memory={"store": store}, user_id="ann",
                          long_term_memory={"facts": True})  # fmt: skip
     with pytest.raises(ValueError, match="give the agent memory"):
-        Agent.start_link(llm=ScriptedModel([]), memory=None, user_id="ann", long_term_memory=ltm)
+        Agent.start_link(
+            llm=ScriptedModel([], record=True), memory=None, user_id="ann", long_term_memory=ltm
+        )
     with pytest.raises(TypeError, match="LongTermMemory"):
         PipelineProvider(store, long_term_memory="yes")
 

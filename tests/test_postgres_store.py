@@ -155,7 +155,7 @@ def test_a_restarted_server_costs_retryable_errors_and_no_acknowledged_message()
 def test_an_unreachable_server_is_named_without_its_password() -> None:
     dsn = "postgresql://app:s3cret@127.0.0.1:9/otpmem?connect_timeout=1"
     with pytest.raises(StoreUnavailable) as caught:
-        PostgresStore.start_link(dsn)
+        PostgresStore.start_link(dsn, connect_timeout=1.0)  # the pool's wait: kept short
     assert "127.0.0.1:9" in str(caught.value) and "s3cret" not in str(caught.value)
     assert redact("host=x password=hunter2 user=y") == "host=x password=*** user=y"
     assert redact("postgresql://postgres:@/db?host=/s") == "postgresql://postgres:@/db?host=/s"
@@ -197,7 +197,7 @@ def test_a_database_that_is_not_there_is_named(postgres_dsn: str) -> None:
     missing = re.sub(r"/postgres(\?|$)", r"/no_such_db\1", postgres_dsn)
     assert missing != postgres_dsn
     with pytest.raises(StoreUnavailable, match='database "no_such_db" does not exist'):
-        PostgresStore.start_link(missing, start_timeout=WAIT)
+        PostgresStore.start_link(missing, start_timeout=WAIT, connect_timeout=1.0)
 
 
 def test_an_id_postgresql_cannot_hold_is_a_clear_error_and_stores_nothing(
