@@ -36,7 +36,13 @@ from .strategies import (
     Summarization,
     TokenTruncation,
 )
-from .summarizers import ExtractiveSummarizer, ModelSummarizer, Summarizer
+from .summarizers import (
+    ExtractiveSummarizer,
+    FunctionSummarizer,
+    ModelSummarizer,
+    Summarizer,
+    as_summarizer,
+)
 from .tokens import (
     DEFAULT_COUNTER,
     HeuristicCounter,
@@ -113,6 +119,7 @@ __all__ = [
     "ExtractionReport",
     "ExtractiveSummarizer",
     "FactExtractor",
+    "FunctionSummarizer",
     "HashingEmbedder",
     "HeuristicCounter",
     "Hit",
@@ -143,6 +150,7 @@ __all__ = [
     "TokenSummarization",
     "TokenTruncation",
     "TokenizerUnavailable",
+    "as_summarizer",
     "check_provider",
     "count_all",
     "drop_orphans",

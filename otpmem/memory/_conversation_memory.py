@@ -12,7 +12,7 @@ from .pipeline import Pipeline
 from .provider import BasicMemoryProvider, DefaultProvider
 from .recall import Hit, RecallIndexHandle, ranked_search
 from .strategies import Summarization
-from .summarizers import Summarizer
+from .summarizers import SummarizeFn, Summarizer
 
 
 class InvalidConfiguration(ValueError):
@@ -87,7 +87,7 @@ class Memory:
             self.index.forget(self.conv)
 
     def summarize(
-        self, keep_recent: int = 5, summarizer: Summarizer | None = None
+        self, keep_recent: int = 5, summarizer: Summarizer | SummarizeFn | None = None
     ) -> dict[str, Any] | None:
         """Fold all but the newest ``keep_recent`` unsummarized messages into a rolling
         summary now; it is stored as a pinned system message (the history stays) and

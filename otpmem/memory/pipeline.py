@@ -22,7 +22,7 @@ from .strategies import (
     TokenTruncation,
     sees_enough,
 )
-from .summarizers import Summarizer
+from .summarizers import SummarizeFn, Summarizer
 from .tokens import DEFAULT_COUNTER, TokenCounter
 from .window import drop_orphans, is_pinned
 
@@ -84,7 +84,7 @@ class Pipeline:
         return f"Pipeline({self.strategies!r})"
 
     @classmethod
-    def preset(cls, name: str, summarizer: Summarizer | None = None) -> Pipeline:
+    def preset(cls, name: str, summarizer: Summarizer | SummarizeFn | None = None) -> Pipeline:
         """``default`` (window of 50), ``aggressive`` (4,096 tokens), ``summarize`` (rolling
         summary past 20 messages keeping 10, then a window of 20)."""
         if name == "default":

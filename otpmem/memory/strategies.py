@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Conv, is_summary
-from .summarizers import ExtractiveSummarizer, Summarizer
+from .summarizers import ExtractiveSummarizer, SummarizeFn, Summarizer, as_summarizer
 from .tokens import DEFAULT_COUNTER, TokenCounter
 from .window import call_ids, drop_orphans, newest_user_index, units
 
@@ -198,7 +198,7 @@ class Summarization:
         self,
         threshold: int | None = 20,
         keep_recent: int = 10,
-        summarizer: Summarizer | None = None,
+        summarizer: Summarizer | SummarizeFn | None = None,
         priority: int = 50,
         max_tokens: int | None = None,
         counter: TokenCounter | None = None,
@@ -220,7 +220,7 @@ class Summarization:
             )
         self.threshold = threshold
         self.keep_recent = keep_recent
-        self.summarizer = summarizer or ExtractiveSummarizer()
+        self.summarizer = as_summarizer(summarizer) or ExtractiveSummarizer()
         self.priority = priority
         self.max_tokens = max_tokens
         self.counter = counter

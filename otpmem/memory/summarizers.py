@@ -6,8 +6,9 @@ tests); ``ModelSummarizer`` asks any ``ChatModel``.
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..llm import ChatModel
@@ -91,3 +92,51 @@ class ModelSummarizer:
         if not text:
             raise ValueError(f"{self.name} returned an empty summary")
         return text
+
+
+SummarizeFn = Callable[..., str]
+"""A plain function as a summarizer: ``fn(messages, previous)`` or ``fn(messages)``."""
+
+
+class FunctionSummarizer:
+    """A plain function as a ``Summarizer`` (PhoenixAI.Store's ``summarize_fn`` hook):
+    ``fn(messages, previous)``, or ``fn(messages)`` when it takes one argument."""
+
+    def __init__(self, fn: SummarizeFn) -> None:
+        if not callable(fn):
+            raise TypeError(f"a summarizer function must be callable, got {fn!r}")
+        self.fn = fn
+        self.name = f"function:{getattr(fn, '__qualname__', type(fn).__name__)}"
+        self._with_previous = _takes_two(fn)
+
+    def summarize(self, messages: Sequence[Mapping[str, Any]], previous: str | None) -> str:
+        """Call the function; what it returns must be a non-empty str."""
+        text = self.fn(messages, previous) if self._with_previous else self.fn(messages)
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{self.name} returned {text!r}, not a non-empty str")
+        return text
+
+
+def _takes_two(fn: SummarizeFn) -> bool:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True  # a builtin without a signature: given both, as the protocol says
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
+
+
+def as_summarizer(summarizer: object) -> Summarizer | None:
+    """A ``Summarizer`` as it is, a plain function wrapped, None as None; ``TypeError``
+    for anything else, naming what a summarizer is."""
+    if summarizer is None or isinstance(summarizer, Summarizer):
+        return summarizer
+    if callable(summarizer):
+        return FunctionSummarizer(summarizer)
+    raise TypeError(
+        "a summarizer is a Summarizer (name and summarize(messages, previous)) or a "
+        f"function fn(messages, previous) -> str, got {summarizer!r}"
+    )

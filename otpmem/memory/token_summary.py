@@ -10,7 +10,7 @@ when the summarizer fails) is ``Summarization``'s.
 from __future__ import annotations
 
 from .strategies import Summarization
-from .summarizers import Summarizer
+from .summarizers import SummarizeFn, Summarizer
 from .tokens import TokenCounter
 
 
@@ -24,7 +24,7 @@ class TokenSummarization(Summarization):
         self,
         max_tokens: int,
         keep_recent: int = 10,
-        summarizer: Summarizer | None = None,
+        summarizer: Summarizer | SummarizeFn | None = None,
         counter: TokenCounter | None = None,
         priority: int = 50,
     ) -> None:
