@@ -99,6 +99,7 @@ class Agent(GenServer[AgentHandle]):
         # is busy costs one timer per idle_timeout, whatever its rate of calls.
         self.last_call = time.monotonic()
         self.idle_timer: Timer | None = None
+        self.idled = False  # set by the idle stop, read by the exit's cleanup
         arrived(name)
         on_exit(lambda: self._exiting(name, process))
         if config.idle_timeout is not None:
@@ -113,8 +114,6 @@ class Agent(GenServer[AgentHandle]):
             cancel_timer(self.idle_timer)
         if not self.idled:  # an idle stop is never restarted: nothing to wait for
             departed(name, process)
-
-    idled = False
 
     def handle_info(self, message: Any) -> Any:
         if message is _IDLE_CHECK and self.config.idle_timeout is not None:

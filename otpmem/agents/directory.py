@@ -129,14 +129,7 @@ class AgentDirectory:
         with self._lock:
             return self._known.pop(name, None) is not None
 
-    def known(self, name: str) -> bool:
-        """True if ``name`` is a known agent."""
-        return name in self._known
-
     def names(self) -> list[str]:
         """Every known agent's name, in the order they became known."""
         with self._lock:
             return list(self._known)
-
-    def __len__(self) -> int:
-        return len(self._known)

@@ -211,15 +211,7 @@ class Ledger:
     @staticmethod
     def load(path: Path) -> list[dict[str, Any]]:
         """Every complete entry (a torn last line from a kill -9 is ignored)."""
-        if not path.exists():
-            return []
-        entries = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return entries
+        return read_json_lines(path)
 
 
 class FaultLog:
@@ -244,15 +236,21 @@ class FaultLog:
     @staticmethod
     def load(path: Path) -> list[dict[str, Any]]:
         """Every fault the log holds, in the order of their points (turn, then agent)."""
-        if not path.exists():
-            return []
-        entries = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line from a kill -9
-        return sorted(entries, key=lambda e: (e["turn"], e["agent"]))
+        return sorted(read_json_lines(path), key=lambda e: (e["turn"], e["agent"]))
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON line of ``path`` ([] if there is none): a torn last line from a
+    kill -9 is skipped."""
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
 
 
 def ledger_paths(data: Path) -> list[Path]:

@@ -108,20 +108,21 @@ class MemoryStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.Table
         server.write_here(process, "add", add, self._target())
 
     def _reserve_checked(self, checked: ReserveArgs, timeout: float | None) -> Reservation:
-        writer = self._writer()
-        if writer is None:
-            return super()._reserve_checked(checked, timeout)
-        process, server = writer
-        answer: Reservation = server.hold_here(process, "reserve", checked, self._target())
-        return answer
+        here, answer = self._hold_here("reserve", checked)
+        return answer if here else super()._reserve_checked(checked, timeout)
 
     def _release_checked(self, hold_id: str, timeout: float | None) -> bool:
+        here, released = self._hold_here("release", hold_id)
+        return released if here else super()._release_checked(hold_id, timeout)
+
+    def _hold_here(self, kind: str, arg: Any) -> tuple[bool, Any]:
+        """(True, the answer) if this thread takes or drops the hold on the store itself,
+        as its adds are written; (False, None) if it must be a call."""
         writer = self._writer()
         if writer is None:
-            return super()._release_checked(hold_id, timeout)
+            return False, None
         process, server = writer
-        released: bool = server.hold_here(process, "release", hold_id, self._target())
-        return released
+        return True, server.hold_here(process, kind, arg, self._target())
 
     def _writer(self) -> tuple[Process, MemoryStore] | None:
         """The store to write on this thread, ready; None if writes must be calls: its
