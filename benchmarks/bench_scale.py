@@ -48,15 +48,19 @@ class Relay(GenServer):
         return time.perf_counter() - t0
 
 
-def start_agents(n: int, store: MemoryStoreHandle, model: ScriptedModel) -> list[AgentHandle]:
-    """n idle agents, each on its own conversation of one store, sharing one model.
+def start_agents(
+    n: int, store: MemoryStoreHandle, model: ScriptedModel, prefix: str = "scale"
+) -> list[AgentHandle]:
+    """n idle agents, each on its own conversation ``{prefix}-i`` of one store, sharing one
+    model (an agent is its conversation: groups alive together need their own prefix).
 
     A window of 20, so a turn's cost does not grow with its conversation: one agent taking
     every turn would otherwise read an ever longer history.
     """
     provider = DefaultProvider(store, window=20)
     return [
-        Agent.start_link(llm=model, memory=provider, conversation_id=f"scale-{i}") for i in range(n)
+        Agent.start_link(llm=model, memory=provider, conversation_id=f"{prefix}-{i}")
+        for i in range(n)
     ]
 
 
@@ -124,7 +128,7 @@ def bench_turns(sizes: list[int], turns: int, repeats: int) -> list[str]:
     model.blocks = False  # a pure function: the turn measures the runtime, not the pool
     for n in sizes:
         store = MemoryStore.start_link()
-        one = start_agents(1, store, model)
+        one = start_agents(1, store, model, prefix="one")
         many = start_agents(n, store, model)
         ratios, rates_one, rates_many = [], [], []
         for r in range(repeats):
