@@ -28,6 +28,11 @@ re-indexed on their next query)."""
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
 
+CONTEXT = (0.5, 0.3, 0.5)
+"""How much a document's context counts beside its own text's BM25: (the previous
+message's text, the following message's, its speaker and date). Measured on
+benchmarks/recall_eval (see bench_recall.py)."""
+
 
 class RecallIndex(GenServer):
     """Ranked, tenant-safe recall over a store::
@@ -55,11 +60,12 @@ class RecallIndex(GenServer):
         *,
         max_documents: int = MAX_DOCUMENTS,
         weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
+        context: tuple[float, float, float] = CONTEXT,
         start_timeout: float | None = 5.0,
     ) -> RecallIndexHandle:
         """Start an index over ``store`` (default embedder: ``HashingEmbedder()``), linked to
         the caller."""
-        args = _checked(store, embedder, max_documents, weights)
+        args = _checked(store, embedder, max_documents, weights, context)
         handle = cls.spawn(args, {}, link=True, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
@@ -73,10 +79,11 @@ class RecallIndex(GenServer):
         *,
         max_documents: int = MAX_DOCUMENTS,
         weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
+        context: tuple[float, float, float] = CONTEXT,
         start_timeout: float | None = 5.0,
     ) -> RecallIndexHandle:
         """Like ``start_link``, without the link (nobody is told when it exits)."""
-        args = _checked(store, embedder, max_documents, weights)
+        args = _checked(store, embedder, max_documents, weights, context)
         handle = cls.spawn(args, {}, link=False, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
@@ -100,8 +107,9 @@ class RecallIndex(GenServer):
         embedder: Embedder | None,
         max_documents: int,
         weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
+        context: tuple[float, float, float] = CONTEXT,
     ) -> None:
-        self.config = (store, embedder, max_documents, (float(weights[0]), float(weights[1])))
+        self.config = (store, embedder, max_documents, weights, context)
         self._engine: Engine | None = None
         self._attach(store)
 
@@ -157,8 +165,8 @@ class RecallIndex(GenServer):
 
 
 def _checked(
-    store: object, embedder: object, max_documents: object, weights: object
-) -> tuple[ChatMemory, Embedder | None, int, tuple[float, float]]:
+    store: object, embedder: object, max_documents: object, weights: object, context: object
+) -> tuple[ChatMemory, Embedder | None, int, tuple[float, float], tuple[float, float, float]]:
     """``start_link``'s arguments, checked in the caller's thread (None: the default
     embedder, ``HashingEmbedder()``, made with the engine on the first query)."""
     if not isinstance(store, ChatMemory):
@@ -176,4 +184,14 @@ def _checked(
         raise ValueError(
             f"weights must be (lexical, vector) numbers >= 0, not both 0, got {weights!r}"
         )
-    return store, embedder, max_documents, (float(weights[0]), float(weights[1]))
+    if (
+        not isinstance(context, tuple)
+        or len(context) != 3
+        or not all(isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in context)
+    ):
+        raise ValueError(
+            f"context must be (previous, following, meta) numbers >= 0, got {short_repr(context)}"
+        )
+    lexical, vector = (float(w) for w in weights)
+    before, after, meta = (float(w) for w in context)
+    return store, embedder, max_documents, (lexical, vector), (before, after, meta)
