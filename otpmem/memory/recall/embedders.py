@@ -145,11 +145,16 @@ class SentenceTransformerEmbedder:
         if loader is None:
             loader = _load_sentence_transformer
         self.model = loader(where)
+        self.path = where
         self.batch_size = batch_size
         dim = self.model.get_sentence_embedding_dimension()
         if type(dim) is not int or dim < 1:
             raise EmbedderError(f"the model at {where!r} does not say its embedding size")
         self.dim = dim
+
+    def __repr__(self) -> str:
+        # What a recall snapshot is keyed by: vectors of another model are not reused.
+        return f"SentenceTransformerEmbedder({self.path!r}, dim={self.dim})"
 
     def embed(self, texts: Sequence[str]) -> list[npt.NDArray[np.float32]]:
         """Unit vectors from the model."""

@@ -55,6 +55,7 @@ REQUESTS: dict[str, tuple[int, ...]] = {
     "forget": (1,),
     "forget_user": (1,),
     "stats": (0,),
+    "flush": (0,),
 }
 """What a RecallIndex answers, by the argument counts each takes."""
 
@@ -188,6 +189,12 @@ class RecallIndexHandle(Handle):
         if user_id is None:
             raise ValueError("forget_user needs a user_id (None would mean every anonymous one)")
         self.call(("forget_user", check_user_id(user_id)), timeout)
+
+    def flush(self, timeout: float | None = 300.0) -> bool:
+        """Write every snapshot chunk still queued now (they are written shortly after each
+        query anyway); whether all of it went (True with nothing to keep)."""
+        done: bool = self.call(("flush",), timeout)
+        return done
 
     def stats(self, timeout: float | None = 30.0) -> dict[str, Any]:
         """What is indexed: tenants, conversations, live and dead documents."""

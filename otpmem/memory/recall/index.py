@@ -2,16 +2,29 @@
 
 It pulls, never pushes: on every query it first brings the querying tenant level with the
 store through the store's public reads (``tenants.Tenants``: read-your-writes with no hook
-in the write path, rebuilt lazily after any crash, restart or reopen), then ranks that
-tenant's partition alone. It also answers the store's own ``search`` while it runs
-(``otpmem.stores.ranking``).
+in the write path), then ranks that tenant's partition alone. It also answers the store's
+own ``search`` while it runs (``otpmem.stores.ranking``).
+
+Over a LevelDBStore or a PostgresStore it keeps its partitions beside the store
+(``snapshots``), so after a crash, a restart or a reopen a tenant's first query reloads
+that tenant's snapshot and indexes only what is newer; over a MemoryStore (or with
+``snapshots=False``) a tenant's first query re-indexes it from the store.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...actors import CallTimeout, GenServer, NoProcess, current, on_exit
+from ...actors import (
+    CallTimeout,
+    GenServer,
+    NoProcess,
+    blocking,
+    current,
+    is_tagged,
+    on_exit,
+    send_after,
+)
 from ...messages import Conv, short_repr
 from ...stores import ChatMemory, SearchHit, StoreError
 from ...stores.ranking import attach_index, detach_index
@@ -32,6 +45,13 @@ CONTEXT = (0.5, 0.3, 0.5)
 """How much a document's context counts beside its own text's BM25: (the previous
 message's text, the following message's, its speaker and date). Measured on
 benchmarks/recall_eval (see bench_recall.py)."""
+
+FLUSH_DELAY = 0.05
+"""Seconds after an answer before the snapshot chunks it queued are written (batched)."""
+RETRY_DELAY = 5.0
+"""Seconds before a failed snapshot write's deletions are tried again."""
+STOP_FLUSH = 3.0
+"""Seconds a stopping index spends writing queued chunks at most (the rest is re-indexed)."""
 
 
 class RecallIndex(GenServer):
@@ -61,11 +81,13 @@ class RecallIndex(GenServer):
         max_documents: int = MAX_DOCUMENTS,
         weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
         context: tuple[float, float, float] = CONTEXT,
+        snapshots: bool = True,
         start_timeout: float | None = 5.0,
     ) -> RecallIndexHandle:
         """Start an index over ``store`` (default embedder: ``HashingEmbedder()``), linked to
-        the caller."""
-        args = _checked(store, embedder, max_documents, weights, context)
+        the caller. ``snapshots=False``: keep nothing beside a durable store (see
+        ``snapshots``); every restart then re-indexes from the store."""
+        args = (*_checked(store, embedder, max_documents, weights, context), _flag(snapshots))
         handle = cls.spawn(args, {}, link=True, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
@@ -80,10 +102,11 @@ class RecallIndex(GenServer):
         max_documents: int = MAX_DOCUMENTS,
         weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
         context: tuple[float, float, float] = CONTEXT,
+        snapshots: bool = True,
         start_timeout: float | None = 5.0,
     ) -> RecallIndexHandle:
         """Like ``start_link``, without the link (nobody is told when it exits)."""
-        args = _checked(store, embedder, max_documents, weights, context)
+        args = (*_checked(store, embedder, max_documents, weights, context), _flag(snapshots))
         handle = cls.spawn(args, {}, link=False, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
@@ -95,11 +118,17 @@ class RecallIndex(GenServer):
         name: str,
         embedder: Embedder | None = None,
         child_id: str | None = None,
+        *,
+        snapshots: bool = True,
     ) -> Any:
         """A ChildSpec for a supervisor: the index named ``name`` over ``store``."""
         from ...supervisors import ChildSpec
 
-        return ChildSpec(child_id or name, start=lambda: cls.start_link(store, embedder, name))
+        _flag(snapshots)
+        return ChildSpec(
+            child_id or name,
+            start=lambda: cls.start_link(store, embedder, name, snapshots=snapshots),
+        )
 
     def init(
         self,
@@ -108,19 +137,63 @@ class RecallIndex(GenServer):
         max_documents: int,
         weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
         context: tuple[float, float, float] = CONTEXT,
+        snapshots: bool = True,
     ) -> None:
         self.config = (store, embedder, max_documents, weights, context)
+        self.keeps = snapshots
         self._engine: Engine | None = None
+        self._flush_due = False
         self._attach(store)
+        on_exit(self._closed)
 
     def engine(self) -> Engine:
         """The index's state and queries, built on first use: the numpy import and the
         embedder's construction wait for the first query, not the start."""
         if self._engine is None:
             from .queries import Engine
+            from .snapshots import Snapshots
 
-            self._engine = Engine(*self.config)
+            engine = Engine(*self.config)
+            if self.keeps:
+                engine.tenants.snapshots = Snapshots(self.config[0], engine.embedder)
+            self._engine = engine
         return self._engine
+
+    def _snapshots(self) -> Any:
+        return None if self._engine is None else self._engine.tenants.snapshots
+
+    def _write_later(self, delay: float = FLUSH_DELAY) -> None:
+        """Have the chunks queued so far written shortly (after this answer goes out)."""
+        snapshots = self._snapshots()
+        if snapshots is not None and snapshots.due and not self._flush_due:
+            self._flush_due = True
+            send_after(delay, self.handle, ("write_snapshots",))
+
+    def handle_info(self, message: Any) -> Any:
+        if not is_tagged(message, "write_snapshots", 1):
+            return super().handle_info(message)
+        self._flush_due = False
+        snapshots = self._snapshots()
+        if snapshots is not None:
+            from .snapshots import FLUSH_MESSAGES
+
+            failed = blocking(snapshots.flush, FLUSH_MESSAGES) < 0
+            self._write_later(RETRY_DELAY if failed else 0.0)
+        return None
+
+    def terminate(self, reason: Any) -> None:
+        snapshots = self._snapshots()
+        if snapshots is not None:
+            import time
+
+            blocking(snapshots.drain, ..., time.monotonic() + STOP_FLUSH)
+            blocking(snapshots.close, False)
+
+    def _closed(self) -> None:
+        # After a kill (no terminate): the shelf is parked, for a restart to adopt.
+        snapshots = self._snapshots()
+        if snapshots is not None:
+            snapshots.close(True)
 
     def _attach(self, store: ChatMemory) -> None:
         """Answer ``store.search`` from this incarnation until it exits (see stores.ranking)."""
@@ -145,6 +218,15 @@ class RecallIndex(GenServer):
     def handle_call(self, message: Any) -> Any:
         kind, args = check_request(message)
         engine = self.engine()
+        try:
+            return self._answer(engine, kind, args)
+        finally:
+            self._write_later()
+
+    def _answer(self, engine: Engine, kind: str, args: tuple[Any, ...]) -> Any:
+        if kind == "flush":
+            snapshots = engine.tenants.snapshots
+            return snapshots is None or snapshots.off or bool(blocking(snapshots.drain))
         if kind == "relevant":
             return engine.relevant(*args)
         if kind == "lexical":
@@ -162,6 +244,12 @@ class RecallIndex(GenServer):
             engine.tenants.forget_user(*args)
             return None
         return engine.stats()  # "stats", the only other request check_request lets through
+
+
+def _flag(snapshots: object) -> bool:
+    if type(snapshots) is not bool:
+        raise TypeError(f"snapshots must be True or False, got {short_repr(snapshots)}")
+    return snapshots
 
 
 def _checked(
@@ -187,7 +275,9 @@ def _checked(
     if (
         not isinstance(context, tuple)
         or len(context) != 3
-        or not all(isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in context)
+        or not all(
+            isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in context
+        )
     ):
         raise ValueError(
             f"context must be (previous, following, meta) numbers >= 0, got {short_repr(context)}"

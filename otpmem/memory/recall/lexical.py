@@ -31,6 +31,10 @@ import Stemmer
 
 TOKEN = re.compile(r"(?u)\b\w\w+\b")
 
+ANALYZER_VERSION = 2
+"""Bump when ``tokenize`` gives other terms for the same text: persisted recall snapshots
+hold its terms, and one made by another version is ignored (see ``recall.snapshots``)."""
+
 _LUCENE_STOP = (
     "a an and are as at be but by for if in into is it no not of on or such that the "
     "their then there these they this to was will with"

@@ -28,10 +28,13 @@ from ...actors import blocking
 from ...messages import Conv
 from ...stores import ChatMemory
 from .base import Embedder
+from .chunks import Piece, Terms
 from .embedders import HashingEmbedder, as_matrix
 from .handle import Owner
 from .lexical import tokenize
-from .partition import Partition, document_text, fingerprint
+from .partition import Partition, analyze_meta, document_text, fingerprint
+from .restore import build
+from .snapshots import Snapshots
 
 INLINE_BATCH = 256
 """Catch-ups of more new messages than this run on the blocking pool (never a scheduler)."""
@@ -40,8 +43,16 @@ INLINE_BATCH = 256
 class Tenants:
     """The partitions of one index, least recently queried first; run on its process."""
 
-    def __init__(self, store: ChatMemory, embedder: Embedder, max_documents: int) -> None:
+    def __init__(
+        self,
+        store: ChatMemory,
+        embedder: Embedder,
+        max_documents: int,
+        snapshots: Snapshots | None = None,
+    ) -> None:
         self.store = store
+        # Where partitions are kept beside the store (None: nowhere), see ``snapshots``.
+        self.snapshots = snapshots
         self.embedder = embedder
         self.dim = int(embedder.dim)
         # HashingEmbedder is a few µs a message: small catch-ups stay inline. Anything
@@ -54,27 +65,35 @@ class Tenants:
         self.documents = 0
 
     def forget(self, conv: Conv) -> None:
-        """Drop one conversation now."""
+        """Drop one conversation now (its snapshot chunks too, written before this returns)."""
         holder = self.partitions.get(conv.user_id)
         if holder is not None:
             before = len(holder)
             holder.drop(conv)
             self.documents += len(holder) - before
+        if self.snapshots is not None:
+            blocking(self.snapshots.forget, conv.user_id, conv)
 
     def forget_user(self, owner: Owner) -> None:
-        """Drop one tenant now."""
+        """Drop one tenant now (its snapshot chunks too, written before this returns)."""
         gone = self.partitions.pop(owner, None)
         if gone is not None:
             self.documents -= len(gone)
+        if self.snapshots is not None:
+            blocking(self.snapshots.forget, owner, None)
 
     def stats(self) -> dict[str, int]:
-        """Tenants, conversations, live and dead documents held."""
+        """Tenants, conversations, live and dead documents held; tenants reopened from
+        snapshots and messages whose chunks are not written yet."""
         parts = self.partitions.values()
+        snapshots = self.snapshots
         return {
             "tenants": len(self.partitions),
             "conversations": sum(len(p.convs) for p in parts),
             "documents": self.documents,
             "dead": sum(p.dead for p in parts),
+            "restored": 0 if snapshots is None else snapshots.restored,
+            "unwritten": 0 if snapshots is None else snapshots.unwritten,
         }
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
@@ -88,6 +107,13 @@ class Tenants:
     def catch_up(self, owner: Owner, only: Conv | None) -> Partition:
         """Bring the tenant's partition (or one conversation of it) level with the store."""
         found = self.partitions.get(owner)
+        if found is None and self.snapshots is not None:
+            found = blocking(self._reopen, owner, only)
+            if found is not None:  # caught up already, from its snapshot and the store
+                self.partitions[owner] = found
+                self.documents += len(found)
+                self._evict(owner)
+                return found
         part = found if found is not None else Partition(self.dim)
         self.partitions[owner] = part
         self.partitions.move_to_end(owner)
@@ -99,24 +125,32 @@ class Tenants:
             listed = set(convs)
             for gone in [c for c in part.convs if c not in listed]:
                 part.drop(gone)  # cleared or forgotten in the store
+                if self.snapshots is not None:
+                    self.snapshots.reset(owner, gone)
         pending = 0
         for conv in convs:
             state = part.convs.get(conv)
             pending += self.store.count(conv) - (0 if state is None else state.indexed)
         if pending > INLINE_BATCH or (pending and not self.inline):
-            blocking(self._index, part, convs)
+            blocking(self._index, owner, part, convs)
         else:
-            self._index(part, convs)
+            self._index(owner, part, convs)
         self.documents += len(part) - before
         self._evict(owner)
         return part
 
-    def _index(self, part: Partition, convs: Sequence[Conv]) -> None:
+    def _index(self, owner: Owner, part: Partition, convs: Sequence[Conv]) -> None:
         batches = []
         for conv in convs:
-            reset, fresh = self._read(part, conv)
+            state = part.convs.get(conv)
+            if state is None:
+                reset, fresh = self._read(conv, 0, None)
+            else:
+                reset, fresh = self._read(conv, state.indexed, state.last)
             if reset:
                 part.drop(conv)
+                if self.snapshots is not None:
+                    self.snapshots.reset(owner, conv)
             if fresh:
                 batches.append((conv, fresh))
         texts = [document_text(m) for _, fresh in batches for m in fresh]
@@ -126,22 +160,81 @@ class Tenants:
         start = 0
         for conv, fresh in batches:
             tokens = [tokenize(t) for t in texts[start : start + len(fresh)]]
-            part.append(conv, fresh, tokens, vectors[start : start + len(fresh)])
+            meta = [analyze_meta(m) for m in fresh]
+            rows = vectors[start : start + len(fresh)]
+            part.append(conv, fresh, tokens, rows, meta)
+            if self.snapshots is not None:
+                state = part.convs[conv]
+                at = state.indexed - len(fresh)
+                assert state.last is not None
+                self.snapshots.appended(owner, conv, at, fresh, tokens, meta, rows, state.last)
             start += len(fresh)
 
-    def _read(self, part: Partition, conv: Conv) -> tuple[bool, Sequence[Mapping[str, Any]]]:
-        """(start over?, the messages to index next) for one conversation."""
-        state = part.convs.get(conv)
-        if state is None:
+    def _reopen(self, owner: Owner, only: Conv | None) -> Partition | None:
+        """The tenant's partition from its snapshot, caught up with the store; None when
+        it has none (then it is indexed as usual). Runs on the blocking pool."""
+        assert self.snapshots is not None
+        stored = self.snapshots.load(owner)
+        if not stored:
+            return None
+        if only is not None:
+            convs = [only]
+        else:
+            convs = [c for c in self.store.conversations(owner) if c.user_id == owner]
+        # In the store's order, each conversation whole: numbered as a rebuild numbers it.
+        segments: list[tuple[Conv, list[Piece], bytes]] = []
+        fresh: list[tuple[int, int, Sequence[Mapping[str, Any]]]] = []
+        for conv in convs:
+            found = stored.pop(conv, None)
+            if found is None:
+                reset, tail = self._read(conv, 0, None)
+            else:
+                reset, tail = self._read(conv, found.count, found.last)
+            if reset or found is None:
+                self.snapshots.reset(owner, conv)  # what is stored of it (if any) goes
+                segments.append((conv, [], b""))
+                at = 0
+            else:
+                segments.append((conv, found.pieces, found.last))
+                at = found.count
+            if tail:
+                fresh.append((len(segments) - 1, at, tail))
+        for conv, left in stored.items():
+            if only is None:
+                self.snapshots.reset(owner, conv)  # no longer in the store
+            else:
+                segments.append((conv, left.pieces, left.last))  # checked at a full catch-up
+        texts = [document_text(m) for _, _, tail in fresh for m in tail]
+        vectors = as_matrix(self.embedder.embed(texts), self.dim, len(texts)) if texts else None
+        offset = 0
+        for i, at, tail in fresh:
+            conv, pieces, _ = segments[i]
+            tokens = [tokenize(t) for t in texts[offset : offset + len(tail)]]
+            meta = [analyze_meta(m) for m in tail]
+            assert vectors is not None
+            rows = vectors[offset : offset + len(tail)]
+            last = fingerprint(tail[-1])
+            piece = Piece(list(tail), Terms.of(tokens), Terms.of(meta), rows)
+            segments[i] = (conv, [*pieces, piece], last)
+            self.snapshots.appended(owner, conv, at, tail, tokens, meta, rows, last)
+            offset += len(tail)
+        return build(self.dim, segments)
+
+    def _read(
+        self, conv: Conv, indexed: int, last: bytes | None
+    ) -> tuple[bool, Sequence[Mapping[str, Any]]]:
+        """(start over?, the messages to index next) for one conversation of which
+        ``indexed`` messages are indexed, the newest with fingerprint ``last``."""
+        if not indexed:
             return False, self.store.get(conv)
         for _ in range(3):
             n = self.store.count(conv)
-            if n < state.indexed:
+            if n < indexed:
                 break
-            tail = self.store.get(conv, last=n - state.indexed + 1)
+            tail = self.store.get(conv, last=n - indexed + 1)
             if self.store.count(conv) != n:
                 continue  # written meanwhile: the tail is not the one counted
-            if len(tail) == n - state.indexed + 1 and fingerprint(tail[0]) == state.last:
+            if len(tail) == n - indexed + 1 and fingerprint(tail[0]) == last:
                 return False, tail[1:]
             break
         return True, self.store.get(conv)
@@ -153,3 +246,5 @@ class Tenants:
                 break
             del self.partitions[owner]
             self.documents -= len(part)
+            if self.snapshots is not None:
+                self.snapshots.evicted(owner)

@@ -139,6 +139,16 @@ class LevelDBStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.Leve
         server = process.server
         return server if getattr(server, "adds_on_callers", False) else None
 
+    def directory(self) -> str:
+        """The store's directory, as it was opened (a RecallIndex keeps its snapshots in
+        its ``recall`` subdirectory)."""
+        process = self.resolve()
+        if not process.wait_ready(READY_TIMEOUT):
+            raise NoProcess(self._target())
+        server: Any = process.server  # a LevelDBStore
+        path: str = server.path
+        return path
+
     def flush(self, timeout: float | None = 30.0) -> None:
         """Return once every write queued before this call is on disk."""
         self.call(("flush",), timeout)

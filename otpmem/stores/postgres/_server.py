@@ -152,6 +152,18 @@ class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, Reservatio
             raise NoProcess(self._target())
         return process.server
 
+    def schema(self) -> str:
+        """The PostgreSQL schema (``namespace``) the store's tables are in."""
+        namespace: str = self._server().namespace
+        return namespace
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A pooled autocommit connection to the store's server for the block, for tables
+        of one's own in its schema (a RecallIndex's snapshots); errors as a read's."""
+        with self._reading() as (conn, _):
+            yield conn
+
     def call(self, message: Any, timeout: float | None = 5.0) -> Any:
         """A store request runs here, on this thread, as one transaction; anything else is
         a call to the server."""
