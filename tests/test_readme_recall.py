@@ -21,7 +21,7 @@ def section_blocks() -> list[str]:
 
 def test_the_recall_section_runs_and_recalls() -> None:
     blocks = section_blocks()
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict[str, Any] = {}
     try:
         for block in blocks:
@@ -43,6 +43,7 @@ def test_the_recall_section_runs_and_recalls() -> None:
         }
         assert all("passport" in h.message["content"] for h in ranked)
         assert all(type(h.score) is float for h in ranked)
+        assert namespace["recall"].alive is False  # the snapshot block stops what it starts
     finally:
         # The blocks leave the store, the index and the hybrid agent running, as a reader's
         # session would: stop them, newest first.

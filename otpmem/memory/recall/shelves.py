@@ -41,6 +41,8 @@ KIND = b"r"
 SUBDIRECTORY = "recall"
 PARK_SECONDS = 0.5
 """How long a killed index's shelf stays open for its restarted incarnation to adopt."""
+CLOSE_WAIT = 10.0
+"""How long an open waits for the same database's close (LevelDB's lock) at most."""
 
 Row = tuple[Conv, int, bytes]
 """A stored chunk: its conversation, its start, its bytes."""
@@ -89,6 +91,7 @@ class LevelDBShelf:
     """A LevelDB database of chunks, shared by every index of this OS process that uses it."""
 
     _open: dict[str, LevelDBShelf] = {}
+    _closing: dict[str, LevelDBShelf] = {}  # LevelDB's lock is held until close returns
     _registry = threading.Lock()
 
     def __init__(self, path: str) -> None:
@@ -104,23 +107,18 @@ class LevelDBShelf:
         """The open shelf at ``path`` (adopted if parked), or a new one."""
         key = os.path.realpath(path)
         with cls._registry:
+            closing = cls._closing.get(key)
+        if closing is not None:
+            closing.closed.wait(CLOSE_WAIT)
+        with cls._registry:  # held while opening: one database handle per path
             found = cls._open.get(key)
-            if found is not None:
-                found.users += 1
-                if found.timer is not None:
-                    found.timer.cancel()
-                    found.timer = None
-                return found
-        shelf = cls(path)
-        with cls._registry:
-            raced = cls._open.get(key)
-            if raced is None:
-                shelf.users = 1
-                cls._open[key] = shelf
-                return shelf
-            raced.users += 1
-        shelf._close()  # another index opened it first (LevelDB allows one handle per process)
-        return raced
+            if found is None:
+                found = cls._open[key] = cls(path)
+            found.users += 1
+            if found.timer is not None:
+                found.timer.cancel()
+                found.timer = None
+            return found
 
     def release(self, killed: bool) -> None:
         """One index fewer; closed by the last (after ``PARK_SECONDS`` if it was killed)."""
@@ -135,20 +133,25 @@ class LevelDBShelf:
                 self.timer.start()
                 return
             self._open.pop(key, None)
-        self._close()
+            self._closing[key] = self
+        self._close(key)
 
     def _expire(self, key: str) -> None:
         with self._registry:
             if self.users > 0 or self._open.get(key) is not self:
                 return
             del self._open[key]
-        self._close()
+            self._closing[key] = self
+        self._close(key)
 
-    def _close(self) -> None:
+    def _close(self, key: str) -> None:
         with self.lock:
             if not self.closed.is_set():
-                self.closed.set()
                 self.db.close()
+                self.closed.set()
+        with self._registry:
+            if self._closing.get(key) is self:
+                del self._closing[key]
 
     @contextmanager
     def _using(self) -> Iterator[Any]:

@@ -4,8 +4,9 @@ Nothing is pushed: the stores stay as they are, and before every query the query
 tenant is caught up through the store's public reads (``conversations(user_id)``,
 ``count(conv)``, ``get(conv, last=k)``), so a query sees every ``add`` that returned
 before it (read-your-writes) with no hook in the write path. What is held is a cache of
-the store, rebuilt lazily: after a crash of the index, a restart of the store or a reopen
-of a LevelDB directory, a tenant's first query re-indexes that tenant, and nobody else.
+the store, loaded lazily: after a crash of the index, a restart of the store or a reopen
+of its directory, a tenant's first query reloads that tenant, and nobody else, from its
+snapshot (``snapshots``: then only what is newer is indexed) or, with none, re-indexes it.
 
 Per conversation it remembers how many messages it indexed and a digest of the newest one.
 On a query: fewer messages than indexed, or a different message at the last indexed
@@ -107,7 +108,7 @@ class Tenants:
     def catch_up(self, owner: Owner, only: Conv | None) -> Partition:
         """Bring the tenant's partition (or one conversation of it) level with the store."""
         found = self.partitions.get(owner)
-        if found is None and self.snapshots is not None:
+        if found is None and self.snapshots is not None and not self.snapshots.off:
             found = blocking(self._reopen, owner, only)
             if found is not None:  # caught up already, from its snapshot and the store
                 self.partitions[owner] = found
