@@ -419,6 +419,30 @@ def test_a_corrupt_or_stale_snapshot_is_ignored_and_rebuilt(
         store.stop()
 
 
+def test_vectors_of_a_changed_hashing_are_not_reused(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LevelDBStore.start_link(db)
+    try:
+        fill(store, ["ann"], convs=2, per=10)
+        first = RecallIndex.start_link(store)
+        first.refresh(user_id="ann")
+        first.stop()
+        hashed = HashingEmbedder.embed
+        monkeypatch.setattr(
+            HashingEmbedder, "embed", lambda self, texts: [-v for v in hashed(self, texts)]
+        )
+        index = RecallIndex.start_link(store)  # same repr, other vectors
+        try:
+            index.refresh(user_id="ann")
+            assert index.stats()["restored"] == 0
+            assert answers(index, ["ann"]) == rebuilt(store, ["ann"])
+        finally:
+            index.stop()
+    finally:
+        store.stop()
+
+
 TENANTS = ["ann", "an", "ann\x00", "a\x01nn", None]
 
 
@@ -529,6 +553,38 @@ def test_writers_and_queries_on_many_threads_leave_a_snapshot_a_rebuild_agrees_w
         assert answers(again, owners) == rebuilt(store, owners)
     finally:
         again.stop()
+        store.stop()
+
+
+def test_big_snapshot_writes_and_loads_run_off_the_schedulers(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from otpmem.actors import HogReport, add_hog_listener, remove_hog_listener
+    from otpmem.actors import _scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "HOG_THRESHOLD", 0.2)
+    reports: list[HogReport] = []
+    add_hog_listener(reports.append)
+    store = LevelDBStore.start_link(db, sync=False)
+    try:
+        fill(store, ["big"], convs=2, per=10_000)
+        index = RecallIndex.start_link(store)
+        try:
+            assert index.refresh(user_id="big", timeout=WAIT) == 20_000
+            assert index.flush(timeout=WAIT) is True  # tens of MB of chunks
+            mine = [index.resolve()]
+        finally:
+            index.stop()
+        again = RecallIndex.start_link(store)
+        try:
+            assert again.refresh(user_id="big", timeout=WAIT) == 20_000
+            assert again.stats()["restored"] == 1
+            mine.append(again.resolve())
+        finally:
+            again.stop()
+        assert [r for r in reports if r.process in mine] == []
+    finally:
+        remove_hog_listener(reports.append)
         store.stop()
 
 

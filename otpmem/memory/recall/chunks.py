@@ -32,6 +32,7 @@ import numpy.typing as npt
 from ...messages import Conv
 from . import lexical
 from .base import Embedder
+from .embedders import HashingEmbedder
 from .partition import analyze_meta, document_text
 
 FORMAT = 1
@@ -125,7 +126,8 @@ def signature(embedder: Embedder) -> bytes | None:
     """What a snapshot must have been made by to be used: the embedder (its class, its
     ``repr`` and dim) and the analyzer (``ANALYZER_VERSION``, the stemmer's version and
     the terms of a probe message); None when the embedder cannot say who it is (no
-    ``__repr__`` of its own), so nothing of it is persisted."""
+    ``__repr__`` of its own), so nothing of it is persisted. A ``HashingEmbedder``'s
+    vector of the probe counts too: a change of its hashing shows."""
     kind = type(embedder)
     if kind.__repr__ is object.__repr__:
         return None
@@ -141,6 +143,9 @@ def signature(embedder: Embedder) -> bytes | None:
         lexical.tokenize(document_text(_PROBE)),
         analyze_meta(_PROBE),
     ]
+    if isinstance(embedder, HashingEmbedder):  # deterministic and cheap: its own vectors too
+        probe = embedder.embed([document_text(_PROBE)])
+        who.append(np.asarray(probe, dtype="<f4").tobytes())
     return hashlib.sha256(msgpack.packb(who, use_bin_type=True)).digest()[:16]
 
 
