@@ -317,6 +317,29 @@ def test_an_agent_and_a_pipeline_send_the_relevant_facts(store: Any) -> None:
     assert "- allergy: peanuts" in injected_facts(prepared)
 
 
+def test_injecting_facts_that_all_fit_tokenizes_nothing_and_imports_no_numpy() -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        from otpmem.memory import LongTermMemory
+        from otpmem.stores import Fact, MemoryStore
+        store = MemoryStore.start_link()
+        store.save_fact(Fact("ann", "allergy", "peanuts"))
+        ltm = LongTermMemory(store)
+        sent = ltm.inject([{"role": "user", "content": "what food allergy do I have"}], "ann")
+        assert "allergy: peanuts" in sent[0]["content"], sent
+        print("numpy" in sys.modules)
+        ltm.get_relevant("allergy", user_id="ann")
+        print("numpy" in sys.modules)
+        store.stop()
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.split() == ["False", "True"], result.stderr
+
+
 def test_injection_options_are_checked() -> None:
     store = MemoryStore.start_link()
     try:

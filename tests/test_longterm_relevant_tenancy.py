@@ -20,7 +20,8 @@ from tests.longterm_support import Unstamped
 
 USERS = st.sampled_from(["ann", "ann ", "a\x00b"])
 KEYS = st.sampled_from(["k0", "k1", "k2"])
-# Words no analyser drops: a word matches itself however it is stemmed.
+# Words no analyser drops: a word matches itself however it is stemmed (so do the keys,
+# which questions may name too).
 WORDS = ["zebra", "quartz", "violin", "tundra", "cobalt", "mango", "harbor", "falcon"]
 VALUES = st.lists(st.sampled_from(WORDS), max_size=3).map(" ".join)
 QUERIES = st.lists(st.sampled_from([*WORDS, "what", "the", "k0"]), min_size=1, max_size=4)
@@ -70,7 +71,7 @@ def check_answer(ltm: LongTermMemory, model: Model, user: str, words: list[str])
     found = {hit.fact.key: hit.fact.value for hit in hits}
     assert len(found) == len(hits), "a fact twice"
     assert found.items() <= current.items(), "a deleted or superseded fact came back"
-    wanted = {k for k, v in current.items() if set(v.split()) & set(words)}
+    wanted = {k for k, v in current.items() if {k, *v.split()} & set(words)}
     assert set(found) == wanted, "a fact sharing a word with the question was missed"
     scores = [hit.score for hit in hits]
     assert scores == sorted(scores, reverse=True)

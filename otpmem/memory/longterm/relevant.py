@@ -34,9 +34,11 @@ from ...messages import short_repr
 from ...stores import Fact, FactStamps
 from ...stores.longterm import check_user
 
-MAX_CACHED = 200_000
-"""How many facts, over all users, a LongTermMemory keeps indexed (about 0.4 KiB each)."""
+MAX_CACHED = 50_000
+"""How many facts, over all users, a LongTermMemory keeps indexed: about 0.6 KiB each
+beside the facts themselves (measured in benchmarks/bench_longterm.py), some 30 MB full."""
 _KEY_WORDS = re.compile(r"[_\W]+|(?<=[a-z])(?=[A-Z])")
+Tokens = dict[str, tuple[str, list[str]]]
 
 
 class FactHit(NamedTuple):
@@ -73,28 +75,27 @@ class UserFacts:
     """One user's facts as read under one state of the store, and their index once a
     question needed it (built once, then only read: safe to share between threads)."""
 
-    __slots__ = ("_index", "_lock", "facts", "newest", "state", "tokens")
+    __slots__ = ("_index", "_lock", "_reuse", "facts", "newest", "state")
 
     def __init__(
         self, user_id: str, state: Hashable, facts: Sequence[Fact], before: UserFacts | None
     ) -> None:
-        from ..recall.lexical import tokenize  # numpy comes with it: on the first question
-
         self.state = state
         self.facts = tuple(f for f in facts if f.user_id == user_id)  # never another's
         self.newest = tuple(newest_first(self.facts))
-        known = {} if before is None else before.tokens
-        self.tokens: dict[str, tuple[str, list[str]]] = {}
-        for fact in self.facts:
-            seen = known.get(fact.key)
-            if seen is None or seen[0] != fact.value:
-                seen = (fact.value, tokenize(fact_text(fact)))
-            self.tokens[fact.key] = seen
+        # The tokens of the last index built for this user, to tokenize only what changed;
+        # nothing is tokenized (nor numpy imported) until a question needs the index.
+        self._reuse: Tokens = {} if before is None else before.tokens()
         self._index: Any = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.facts)
+
+    def tokens(self) -> Tokens:
+        """Each fact's (value, tokens) by key: of the index, or of the one before it."""
+        index = self._index
+        return self._reuse if index is None else index[2]
 
     def rank(self, query: str, limit: int, floor: float) -> list[FactHit]:
         """The ``limit`` facts scoring above 0 and at least ``floor``, best first; ties go
@@ -104,10 +105,10 @@ class UserFacts:
         terms = tokenize(query)
         if not terms or not self.facts:
             return []
-        index, alive = self._built()
-        scores = index.scores(terms, alive)
         import numpy as np
 
+        lexical, alive, _ = self._built()
+        scores = lexical.scores(terms, alive)
         chosen = np.flatnonzero((scores > 0) & (scores >= floor))
         if len(chosen) > limit:
             # Keep every fact tied with the limit-th, so the tie rule still decides.
@@ -119,21 +120,32 @@ class UserFacts:
         )
         return [FactHit(facts[i], float(scores[i])) for i in order[:limit]]
 
-    def _built(self) -> tuple[Any, Any]:
+    def _built(self) -> tuple[Any, Any, Tokens]:
         index = self._index
         if index is None:
             with self._lock:  # one build per state, however many ask at once
                 index = self._index
                 if index is None:
-                    import numpy as np
-
-                    from ..recall.lexical import LexicalIndex
-
-                    lexical = LexicalIndex()
-                    for fact in self.facts:
-                        lexical.add(self.tokens[fact.key][1])
-                    index = self._index = (lexical, np.ones(len(self.facts), dtype=bool))
+                    index = self._index = _build(self.facts, self._reuse)
+                    self._reuse = {}
         return index  # type: ignore[no-any-return]
+
+
+def _build(facts: Sequence[Fact], reuse: Tokens) -> tuple[Any, Any, Tokens]:
+    """(the BM25 index of ``facts``, its all-alive mask, their tokens by key)."""
+    import numpy as np
+
+    from ..recall.lexical import LexicalIndex, tokenize  # numpy comes with it
+
+    tokens: Tokens = {}
+    lexical = LexicalIndex()
+    for fact in facts:
+        seen = reuse.get(fact.key)
+        if seen is None or seen[0] != fact.value:
+            seen = (fact.value, tokenize(fact_text(fact)))
+        tokens[fact.key] = seen
+        lexical.add(seen[1])
+    return lexical, np.ones(len(facts), dtype=bool), tokens
 
 
 class FactIndex:
