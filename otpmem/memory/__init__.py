@@ -68,6 +68,8 @@ if TYPE_CHECKING:
         SentenceTransformerEmbedder,
         ranked_search,
     )
+    from .recall.cached_embedder import CachedEmbedder, EmbeddingCache, embedding_cache
+    from .sessions import current_session, session_scope
     from .token_summary import TokenSummarization
 
 _LAZY = {
@@ -87,6 +89,10 @@ _LAZY = {
         ".recall",
     ),
     **dict.fromkeys(["InvalidConfiguration", "InvalidMemoryType", "Memory", "memory"], ".facade"),
+    **dict.fromkeys(
+        ["CachedEmbedder", "EmbeddingCache", "embedding_cache"], ".recall.cached_embedder"
+    ),
+    **dict.fromkeys(["current_session", "session_scope"], ".sessions"),
     "TokenSummarization": ".token_summary",
 }
 
@@ -112,9 +118,11 @@ __all__ = [
     "PRESETS",
     "SUMMARY_PREFIX",
     "BasicMemoryProvider",
+    "CachedEmbedder",
     "DefaultProvider",
     "Embedder",
     "EmbedderError",
+    "EmbeddingCache",
     "ExtractionFailed",
     "ExtractionReport",
     "ExtractiveSummarizer",
@@ -153,11 +161,14 @@ __all__ = [
     "as_summarizer",
     "check_provider",
     "count_all",
+    "current_session",
     "drop_orphans",
+    "embedding_cache",
     "is_pinned",
     "memory",
     "ranked_search",
     "safe_window",
+    "session_scope",
     "tiktoken_counter",
     "units",
     "valid_context",
