@@ -20,7 +20,7 @@ import pytest
 
 import otpmem
 from otpmem import aio
-from otpmem.actors import faults
+from otpmem.actors import faults, whereis
 from otpmem.agents import Agent, AgentAlreadyStarted, AgentHandle
 from otpmem.llm import ScriptedModel
 from otpmem.memory import HashingEmbedder, ModelSummarizer
@@ -29,6 +29,8 @@ from otpmem.memory.recall.cached_embedder import embedding_cache
 from otpmem.memory.sessions import current_session, session_scope
 from otpmem.messages import Conv, is_summary
 from otpmem.stores import DEFAULT_STORE_NAME, default_store
+from otpmem.supervisors import SupervisorEvent
+from tests.support import Trace
 
 WAIT = 10.0
 
@@ -504,6 +506,19 @@ def test_a_second_summary_rolls_the_first_and_the_context_follows() -> None:
         assert mem.context() == [second, *history[26:]]
 
 
+def test_hybrid_still_recalls_what_the_summary_does_not_cover() -> None:
+    with memory("hybrid", recentLimit=2) as mem:
+        history = exchange(20)
+        mem.add(history)
+        summary = mem.summarize(keep_recent=8)
+        assert summary is not None and summary["metadata"]["summary"]["covers"] == [0, 12]
+        mem.add("what about topic13 and topic3?")
+        sent = mem.context()
+        assert history[13] in sent  # older than the recent window, after the summary
+        assert history[3] not in sent  # as relevant, but the summary stands in for it
+        assert sent[0] == summary and sent[-1]["content"] == "what about topic13 and topic3?"
+
+
 # == 4. the vector keys =========================================================================
 
 
@@ -644,6 +659,27 @@ def test_one_key_reaches_one_conversation_in_the_process(app: None) -> None:
         assert one.key != two.key and uuid.UUID(one.key)  # a fresh uuid each
         one.add("mine")
         assert two.is_empty()
+
+
+def test_a_keyed_memory_outlives_a_crash_of_the_shared_store() -> None:
+    trace = Trace()
+    with otpmem.running(listeners=[trace]):
+        mem = memory("hybrid", key="survivor", user_id="ann")
+        mem.add("kept across the crash")
+        first = whereis(DEFAULT_STORE_NAME)
+        assert first is not None
+        faults.kill(first)
+        trace.wait_for(
+            lambda items: any(
+                isinstance(e, SupervisorEvent) and e.kind == "restarted" and e.pid != first.pid
+                for e in items
+            )
+        )
+        again = memory("window", key="survivor", user_id="ann")
+        assert contents(again.get_all()) == ["kept across the crash"]  # the table's heir
+        mem.add("and after it")  # the first memory's handle follows the restart
+        assert contents(again.get_all()) == ["kept across the crash", "and after it"]
+        assert mem.get_relevant("crash")[0].message["content"] == "kept across the crash"
 
 
 def test_threads_adding_under_one_key_share_the_conversation(app: None) -> None:

@@ -89,7 +89,6 @@ def vector_settings(config: Mapping[str, Any], where: str) -> VectorSettings:
             f"{where}collection must be a non-empty str, got {short_repr(collection)}"
         )
     settings.collection = collection
-    embedder = _embedder(config, where, settings)
     cache, cache_name = config.get("cache"), config.get("cache_name")
     if cache is not None and type(cache) is not bool:
         raise InvalidConfiguration(f"{where}cache must be True or False, got {short_repr(cache)}")
@@ -99,6 +98,7 @@ def vector_settings(config: Mapping[str, Any], where: str) -> VectorSettings:
         )
     if cache is False and cache_name is not None:
         raise InvalidConfiguration(f"{where}cache_name names an embedding cache, but cache=False")
+    embedder = _embedder(config, where, settings)  # last: what it opens, closing holds
     if cache or cache_name is not None:
         cache_of = embedding_cache(cache_name or "default")
         embedder = CachedEmbedder(embedder or _hashing(), cache_of)

@@ -116,19 +116,20 @@ def memory(
     ids = _identity(settings, key=key, user_id=user_id, conversation_id=conversation_id)
     check_keys(resolved, settings, cls.config_keys)
     own = {k: settings.pop(k) for k in cls.config_keys if k in settings}
-    vector = _vector(resolved, settings)
-    conv, name, shared = _address(resolved, ids, vector)
     if resolved == "cache" and settings.get("cache_name", "default") != "default":
         raise InvalidConfiguration(
             "cache_name names the shared store a cache memory lives in; otpmem has one, "
             f"'default' (otpmem.default_store()), got {short_repr(settings['cache_name'])}; "
             "pass store= for another"
         )
-    summarizer, client = summarizer_of(settings) if resolved == "summary" else (None, None)
-    owned: list[Any] = [*vector.closing] if vector is not None else []
-    if client is not None:
-        owned.append(client)
+    owned: list[Any] = []  # what close() stops, and a failure below too
     try:
+        vector = _vector(resolved, settings)
+        owned += vector.closing if vector is not None else []
+        conv, name, shared = _address(resolved, ids, vector)
+        summarizer, client = summarizer_of(settings) if resolved == "summary" else (None, None)
+        if client is not None:
+            owned.append(client)
         pipeline = _summary_pipeline(settings, summarizer) if resolved == "summary" else None
         in_shared = shared and "store" not in settings and resolved not in ("file", "jdbc")
         store = _store(resolved, settings, in_shared, owned)
