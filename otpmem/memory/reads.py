@@ -62,8 +62,10 @@ def read_for(
         if stored.start == 0:
             return History(stored.tail)
         offset = stored.start - stored.pinned_before
-        pinned = [m for _, m in stored.pinned] + [m for m in stored.tail if is_pinned(m)]
-        unpinned = [m for m in stored.tail if not is_pinned(m)]
+        pinned = [m for _, m in stored.pinned]
+        unpinned: list[dict[str, Any]] = []
+        for message in stored.tail:  # one pass: a turn does this every time
+            (pinned if is_pinned(message) else unpinned).append(message)
         if (
             unpinned
             and unpinned[0].get("role") != "tool"
