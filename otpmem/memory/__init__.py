@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .apply import apply_memory
 from .longterm import (
     ExtractionFailed,
     ExtractionReport,
@@ -19,7 +20,8 @@ from .longterm import (
     ModelFactExtractor,
     RuleFactExtractor,
 )
-from .pipeline import PRESETS, Pipeline, PrepareReport
+from .pipeline import PRESETS, InvalidPipeline, Pipeline, PrepareReport
+from .prepare_context import CallOptions
 from .provider import (
     BasicMemoryProvider,
     DefaultProvider,
@@ -28,6 +30,7 @@ from .provider import (
     StoreProvider,
     check_provider,
 )
+from .reads import History
 from .strategies import (
     SUMMARY_PREFIX,
     PrepareContext,
@@ -119,6 +122,7 @@ __all__ = [
     "SUMMARY_PREFIX",
     "BasicMemoryProvider",
     "CachedEmbedder",
+    "CallOptions",
     "DefaultProvider",
     "Embedder",
     "EmbedderError",
@@ -130,10 +134,12 @@ __all__ = [
     "FunctionSummarizer",
     "HashingEmbedder",
     "HeuristicCounter",
+    "History",
     "Hit",
     "HybridProvider",
     "InvalidConfiguration",
     "InvalidMemoryType",
+    "InvalidPipeline",
     "LongTermMemory",
     "Memory",
     "MemoryProvider",
@@ -158,6 +164,7 @@ __all__ = [
     "TokenSummarization",
     "TokenTruncation",
     "TokenizerUnavailable",
+    "apply_memory",
     "as_summarizer",
     "check_provider",
     "count_all",
