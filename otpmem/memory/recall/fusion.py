@@ -25,12 +25,17 @@ RRF_K = 60
 __all__ = ["RRF_K", "Filter", "Hit", "best_first", "check_filter", "fused_scores", "ranks"]
 
 
-def ranks(scores: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-    """Each document's 1-based rank by ``scores`` (0 where its score is not positive).
+def ranks(scores: npt.NDArray[np.float32], top: int | None = None) -> npt.NDArray[np.float64]:
+    """Each document's 1-based rank by ``scores`` (0 where its score is not positive);
+    with ``top``, only the best ``top`` are ranked (a partial sort: what a query's cost
+    must not grow with), the rest count as unranked.
 
     Ties go to the newer document (the higher number): recency breaks what text cannot.
     """
     positive = np.flatnonzero(scores > 0)
+    if top is not None and len(positive) > top:
+        kth = np.partition(scores[positive], len(positive) - top)[len(positive) - top]
+        positive = positive[scores[positive] >= kth]
     order = positive[np.lexsort((-positive, -scores[positive]))]
     result = np.zeros(len(scores), dtype=np.float64)
     result[order] = np.arange(1, len(order) + 1)

@@ -25,8 +25,21 @@ MAX_DOCUMENTS = 5_000_000
 """Past this many indexed messages, the least recently queried tenants are evicted (and
 re-indexed on their next query)."""
 
-LEXICAL_WEIGHT = 1.0
-VECTOR_WEIGHT = 1.0
+DEFAULT_WEIGHTS = (1.0, 0.0)
+"""(lexical, vector) without an embedder of your own: BM25 alone. ``HashingEmbedder``
+fused at any weight lowered recall@10 on benchmarks/recall_eval (on four of its six
+conversations: 0.604 alone; fused at 0.1, 0.567; at 1, 0.525), so by default no vector is
+computed or held at all."""
+
+EMBEDDER_WEIGHTS = (1.0, 1.0)
+"""(lexical, vector) with an embedder you give: equal weight, until your measurements say
+otherwise (benchmarks/recall_eval.py runs on your embedder too)."""
+
+CONTEXT = (0.5, 0.3, 1.0)
+"""How much a document's context counts beside its own text's BM25: (the previous
+message's text, the following message's, its speaker and date). Chosen on four of the six
+conversations of benchmarks/recall_eval; over all six, recall@10 is 0.515 with the own
+text alone and 0.601 with these."""
 
 
 class RecallIndex(GenServer):
@@ -38,9 +51,11 @@ class RecallIndex(GenServer):
         index.get_relevant("what allergies do I have?", user_id="ann")[0].message
 
     ``weights=(lexical, vector)`` weighs the two rankings in the fusion: ``(1, 0)`` is BM25
-    alone, ``(0, 1)`` the embedder alone. Give it a named handle of a supervised store
-    (``MemoryStore.named("memory")``) so its reads follow the store across restarts;
-    supervise it with ``child_spec``.
+    alone (the default without an ``embedder``), ``(0, 1)`` the embedder alone (with an
+    ``embedder``, the default is ``(1, 1)``). ``context=(previous, following, meta)``
+    weighs what a message's neighbours and its speaker and date add to its own BM25. Give
+    it a named handle of a supervised store (``MemoryStore.named("memory")``) so its reads
+    follow the store across restarts; supervise it with ``child_spec``.
     """
 
     caller_errors = (ValueError, TypeError, EmbedderError, NoProcess, StoreError, CallTimeout)
@@ -54,12 +69,13 @@ class RecallIndex(GenServer):
         name: str | None = None,
         *,
         max_documents: int = MAX_DOCUMENTS,
-        weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
+        weights: tuple[float, float] | None = None,
+        context: tuple[float, float, float] = CONTEXT,
         start_timeout: float | None = 5.0,
     ) -> RecallIndexHandle:
         """Start an index over ``store`` (default embedder: ``HashingEmbedder()``), linked to
         the caller."""
-        args = _checked(store, embedder, max_documents, weights)
+        args = _checked(store, embedder, max_documents, weights, context)
         handle = cls.spawn(args, {}, link=True, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
@@ -72,11 +88,12 @@ class RecallIndex(GenServer):
         name: str | None = None,
         *,
         max_documents: int = MAX_DOCUMENTS,
-        weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
+        weights: tuple[float, float] | None = None,
+        context: tuple[float, float, float] = CONTEXT,
         start_timeout: float | None = 5.0,
     ) -> RecallIndexHandle:
         """Like ``start_link``, without the link (nobody is told when it exits)."""
-        args = _checked(store, embedder, max_documents, weights)
+        args = _checked(store, embedder, max_documents, weights, context)
         handle = cls.spawn(args, {}, link=False, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
         return handle
@@ -99,9 +116,10 @@ class RecallIndex(GenServer):
         store: ChatMemory,
         embedder: Embedder | None,
         max_documents: int,
-        weights: tuple[float, float] = (LEXICAL_WEIGHT, VECTOR_WEIGHT),
+        weights: tuple[float, float] = DEFAULT_WEIGHTS,
+        context: tuple[float, float, float] = CONTEXT,
     ) -> None:
-        self.config = (store, embedder, max_documents, (float(weights[0]), float(weights[1])))
+        self.config = (store, embedder, max_documents, weights, context)
         self._engine: Engine | None = None
         self._attach(store)
 
@@ -157,8 +175,8 @@ class RecallIndex(GenServer):
 
 
 def _checked(
-    store: object, embedder: object, max_documents: object, weights: object
-) -> tuple[ChatMemory, Embedder | None, int, tuple[float, float]]:
+    store: object, embedder: object, max_documents: object, weights: object, context: object
+) -> tuple[ChatMemory, Embedder | None, int, tuple[float, float], tuple[float, float, float]]:
     """``start_link``'s arguments, checked in the caller's thread (None: the default
     embedder, ``HashingEmbedder()``, made with the engine on the first query)."""
     if not isinstance(store, ChatMemory):
@@ -167,6 +185,8 @@ def _checked(
         raise TypeError(f"embedder must have dim and embed(texts), got {short_repr(embedder)}")
     if type(max_documents) is not int or max_documents < 1:
         raise ValueError(f"max_documents must be an int >= 1, got {max_documents!r}")
+    if weights is None:
+        weights = DEFAULT_WEIGHTS if embedder is None else EMBEDDER_WEIGHTS
     if (
         not isinstance(weights, tuple)
         or len(weights) != 2
@@ -176,4 +196,16 @@ def _checked(
         raise ValueError(
             f"weights must be (lexical, vector) numbers >= 0, not both 0, got {weights!r}"
         )
-    return store, embedder, max_documents, (float(weights[0]), float(weights[1]))
+    if (
+        not isinstance(context, tuple)
+        or len(context) != 3
+        or not all(
+            isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in context
+        )
+    ):
+        raise ValueError(
+            f"context must be (previous, following, meta) numbers >= 0, got {short_repr(context)}"
+        )
+    lexical, vector = (float(w) for w in weights)
+    before, after, meta = (float(w) for w in context)
+    return store, embedder, max_documents, (lexical, vector), (before, after, meta)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ...messages import Conv, FrozenDict, short_repr
 from ...stores import ChatMemory, SearchHit
@@ -19,11 +20,16 @@ from .base import Embedder, FilterFailed, Hit, noise_floor
 from .embedders import HashingEmbedder
 from .fusion import best_first, fused_scores, ranks
 from .handle import Owner
-from .lexical import tokenize
+from .lexical import query_terms
 from .partition import Partition, document_text
 from .tenants import Tenants
 
 Predicate = Callable[[Mapping[str, Any]], bool]
+
+FUSED = 200
+"""How deep each ranking is fused (Cormack et al. fuse the top of each list, not all of
+it): a query then costs a partial sort, whatever the tenant holds; a filter that refuses
+that many falls back to every candidate."""
 
 
 class Engine:
@@ -35,10 +41,16 @@ class Engine:
         embedder: Embedder | None,
         max_documents: int,
         weights: tuple[float, float],
+        around: tuple[float, float, float] = (0.0, 0.0, 0.0),
     ) -> None:
-        self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
         self.weights = weights
-        self.floor = noise_floor(self.embedder)
+        self.around = around
+        # Without a vector ranking, nothing is embedded and no vector held (a 256-float
+        # row per message is most of what an index would otherwise cost).
+        self.embedder: Embedder | None = None
+        if weights[1]:
+            self.embedder = embedder if embedder is not None else HashingEmbedder()
+        self.floor = noise_floor(self.embedder) if self.embedder is not None else 0.0
         self.tenants = Tenants(store, self.embedder, max_documents)
 
     def refresh(self, owner: Owner, only: Conv | None) -> int:
@@ -72,24 +84,35 @@ class Engine:
         if not len(part):
             return []
         mask = self._mask(part, only)
+        # A partial sort of a few times the limit first; when a filter or the duplicates
+        # refuse too much of it, every candidate, best first.
+        wanted = limit * (4 if distinct else 1)
+        depth = max(FUSED, wanted)
+        fused = self._fused(part, mask, query, depth)
+        first = None if predicate is not None else wanted
+        hits = self._pick(part, fused, best_first(fused, floor, first), limit, predicate, distinct)
+        if len(hits) < limit:
+            candidates = np.count_nonzero((fused > 0) & (fused >= floor))
+            if candidates >= depth:  # a ranking was cut: rank every document
+                fused = self._fused(part, mask, query, None)
+            if candidates >= depth or (first is not None and candidates > first):
+                hits = self._pick(part, fused, best_first(fused, floor), limit, predicate, distinct)
+        return hits
+
+    def _fused(
+        self, part: Partition, mask: npt.NDArray[np.bool_], query: str, top: int | None
+    ) -> npt.NDArray[np.float64]:
+        """The fused scores of the tenant's documents, each ranking cut at ``top``."""
         lexical_weight, vector_weight = self.weights
         rankings = []
         if lexical_weight:
-            lexical = part.lexical.scores(tokenize(query), mask)
-            rankings.append((ranks(lexical), lexical_weight))
+            lexical = part.text_scores(query_terms(query), mask, self.around)
+            rankings.append((ranks(lexical, top), lexical_weight))
         if vector_weight:
             vector = part.similarity(self.tenants.embed([query])[0])
             vector[~mask | (vector < self.floor)] = 0.0
-            rankings.append((ranks(vector), vector_weight))
-        fused = fused_scores(rankings)
-        # A partial sort of a few times the limit first; when a filter or the duplicates
-        # refuse too much of it, every candidate, best first.
-        wanted = None if predicate is not None else limit * (4 if distinct else 1)
-        hits = self._pick(part, fused, best_first(fused, floor, wanted), limit, predicate, distinct)
-        more = wanted is not None and np.count_nonzero((fused > 0) & (fused >= floor)) > wanted
-        if len(hits) < limit and more:
-            hits = self._pick(part, fused, best_first(fused, floor), limit, predicate, distinct)
-        return hits
+            rankings.append((ranks(vector, top), vector_weight))
+        return fused_scores(rankings)
 
     @staticmethod
     def _pick(
@@ -121,7 +144,7 @@ class Engine:
     def lexical(self, owner: Owner, only: Conv | None, query: str, limit: int) -> list[SearchHit]:
         """BM25 alone, for ``store.search``: the score is the BM25 score."""
         part = self.tenants.catch_up(owner, only)
-        words = tokenize(query)
+        words = query_terms(query)
         if not len(part) or not words:
             return []
         scores = part.lexical.scores(words, self._mask(part, only)).astype(np.float64)

@@ -31,7 +31,7 @@ from .base import Embedder
 from .embedders import HashingEmbedder, as_matrix
 from .handle import Owner
 from .lexical import tokenize
-from .partition import Partition, document_text, fingerprint
+from .partition import Partition, document_text
 
 INLINE_BATCH = 256
 """Catch-ups of more new messages than this run on the blocking pool (never a scheduler)."""
@@ -40,13 +40,13 @@ INLINE_BATCH = 256
 class Tenants:
     """The partitions of one index, least recently queried first; run on its process."""
 
-    def __init__(self, store: ChatMemory, embedder: Embedder, max_documents: int) -> None:
+    def __init__(self, store: ChatMemory, embedder: Embedder | None, max_documents: int) -> None:
         self.store = store
-        self.embedder = embedder
-        self.dim = int(embedder.dim)
+        self.embedder = embedder  # None: no vector ranking, nothing embedded
+        self.dim = 0 if embedder is None else int(embedder.dim)
         # HashingEmbedder is a few µs a message: small catch-ups stay inline. Anything
         # else (a model, a server) may block: it always runs on the blocking pool.
-        self.inline = isinstance(embedder, HashingEmbedder)
+        self.inline = embedder is None or isinstance(embedder, HashingEmbedder)
         self.max_documents = max_documents
         self.partitions: OrderedDict[Owner, Partition] = OrderedDict()
         # Live documents in all partitions, kept as they change: a query's cost must not
@@ -79,6 +79,8 @@ class Tenants:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
         """One unit row per text; an embedder that may block runs on the blocking pool."""
+        if self.embedder is None:
+            return np.zeros((len(texts), 0), dtype=np.float32)
         if self.inline:
             vectors = self.embedder.embed(texts)
         else:
@@ -99,22 +101,23 @@ class Tenants:
             listed = set(convs)
             for gone in [c for c in part.convs if c not in listed]:
                 part.drop(gone)  # cleared or forgotten in the store
+        counts = {conv: self.store.count(conv) for conv in convs}
         pending = 0
-        for conv in convs:
+        for conv, n in counts.items():
             state = part.convs.get(conv)
-            pending += self.store.count(conv) - (0 if state is None else state.indexed)
+            pending += n - (0 if state is None else state.indexed)
         if pending > INLINE_BATCH or (pending and not self.inline):
-            blocking(self._index, part, convs)
+            blocking(self._index, part, counts)
         else:
-            self._index(part, convs)
+            self._index(part, counts)
         self.documents += len(part) - before
         self._evict(owner)
         return part
 
-    def _index(self, part: Partition, convs: Sequence[Conv]) -> None:
+    def _index(self, part: Partition, counts: Mapping[Conv, int]) -> None:
         batches = []
-        for conv in convs:
-            reset, fresh = self._read(part, conv)
+        for conv, n in counts.items():
+            reset, fresh = self._read(part, conv, n)
             if reset:
                 part.drop(conv)
             if fresh:
@@ -122,28 +125,36 @@ class Tenants:
         texts = [document_text(m) for _, fresh in batches for m in fresh]
         if not texts:
             return
-        vectors = as_matrix(self.embedder.embed(texts), self.dim, len(texts))
+        if self.embedder is None:
+            vectors = np.zeros((len(texts), 0), dtype=np.float32)
+        else:
+            vectors = as_matrix(self.embedder.embed(texts), self.dim, len(texts))
         start = 0
         for conv, fresh in batches:
             tokens = [tokenize(t) for t in texts[start : start + len(fresh)]]
             part.append(conv, fresh, tokens, vectors[start : start + len(fresh)])
             start += len(fresh)
 
-    def _read(self, part: Partition, conv: Conv) -> tuple[bool, Sequence[Mapping[str, Any]]]:
-        """(start over?, the messages to index next) for one conversation."""
+    def _read(
+        self, part: Partition, conv: Conv, counted: int
+    ) -> tuple[bool, Sequence[Mapping[str, Any]]]:
+        """(start over?, the messages to index next) for one conversation, ``counted``
+        messages long when the caller counted: a conversation with nothing new costs one
+        more read (its newest message, still the one indexed last?)."""
         state = part.convs.get(conv)
         if state is None:
             return False, self.store.get(conv)
+        n = counted
         for _ in range(3):
-            n = self.store.count(conv)
             if n < state.indexed:
                 break
             tail = self.store.get(conv, last=n - state.indexed + 1)
-            if self.store.count(conv) != n:
-                continue  # written meanwhile: the tail is not the one counted
-            if len(tail) == n - state.indexed + 1 and fingerprint(tail[0]) == state.last:
+            if len(tail) == n - state.indexed + 1 and state.holds_last(tail[0]):
                 return False, tail[1:]
-            break
+            recounted = self.store.count(conv)
+            if recounted == n:
+                break  # not a write meanwhile: the conversation was rewritten
+            n = recounted
         return True, self.store.get(conv)
 
     def _evict(self, keep: Owner) -> None:
