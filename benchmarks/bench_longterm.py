@@ -15,20 +15,29 @@ up to 2x between periods, perf_anchors.md): compare the paired ratios, never one
    The guardrails reserve (one store request before each model call, one release after):
    the same two as policies that only check (nothing held, as before reservations) are the
    unreserved path, reported beside them as reserved/unreserved.
+3. ``LongTermMemory.get_relevant`` for a user with 1,000 facts among 100,000 other users'
+   facts (3 each; 2,000 users with --quick), on a MemoryStore and a LevelDBStore, against
+   the newest-facts read of the same store (``get_facts`` sorted newest first, what the
+   injection of the newest facts reads per call): p50 and p99 of single calls,
+   interleaved per repeat, and the ratio of the p50s per repeat. Beside them: a question
+   right after a write to the user (the facts read again, one fact tokenized again, the
+   index rebuilt), and what the cache holds per fact (tracemalloc).
 """
 
 from __future__ import annotations
 
+import random
 import shutil
 import statistics
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from _common import ratio_summary, rotated, verdict
+from _common import percentile, ratio_summary, rotated, scratch, verdict
 
 from otpmem.agents import Agent
 from otpmem.guardrails import CostBudget, Request, TokenBudget, UsageReader
@@ -193,9 +202,116 @@ def bench_turns(quick: bool) -> list[str]:
     ]
 
 
+RELEVANT_FACTS = 1000
+OTHER_FACTS = 3
+STARTS = ("ka", "lo", "mi", "nu", "po", "ri", "su", "ta", "ve", "zo")
+ENDS = ("ber", "cal", "dor", "fen", "gim", "hul", "jas", "kor", "lin", "mup", "nar", "pex",
+        "qui", "ros", "sil", "tam", "usk", "vor", "wex", "yal")  # fmt: skip
+WORDS = [a + b for a in STARTS for b in ENDS]
+
+
+def phrase(rng: random.Random, n: int) -> str:
+    """n words of the benchmark's vocabulary (200 made-up words: no stopwords, no stems)."""
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def seed_users(store: Any, users: int, rng: random.Random) -> None:
+    """``users`` users with OTHER_FACTS facts each, and "bench" with RELEVANT_FACTS."""
+    for u in range(users):
+        user_id = f"user-{u:06d}"
+        facts = [Fact(user_id, f"topic_{k}", phrase(rng, 4)) for k in range(OTHER_FACTS)]
+        store.save_facts(user_id, facts)
+    for start in range(0, RELEVANT_FACTS, 100):
+        facts = [Fact("bench", f"topic_{k}", phrase(rng, 5)) for k in range(start, start + 100)]
+        store.save_facts("bench", facts, max_facts=RELEVANT_FACTS)
+
+
+def p50_us(values: Sequence[float]) -> str:
+    """p50 and p99 of single calls, in microseconds."""
+    ordered = sorted(values)
+    p50, p99 = percentile(ordered, 0.5), percentile(ordered, 0.99)
+    return f"p50 {p50 * 1e6:.0f} us, p99 {p99 * 1e6:.0f} us"
+
+
+def single_calls(call: Callable[[int], Any], n: int, start: int) -> list[float]:
+    """Seconds of each of n calls ``call(start + i)``."""
+    out = []
+    for i in range(start, start + n):
+        t0 = time.perf_counter()
+        call(i)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def bench_relevant_on(kind: str, store: Any, quick: bool) -> str:
+    """get_relevant against the newest-facts read, for one user among many."""
+    users, n, repeats = (2_000, 100, 3) if quick else (100_000, 300, 7)
+    rng = random.Random(7)
+    t0 = time.perf_counter()
+    seed_users(store, users, rng)
+    seeded = time.perf_counter() - t0
+    ltm = LongTermMemory(store)
+    questions = [f"what about {phrase(rng, 2)}?" for _ in range(64)]
+    for u in range(0, users, max(1, users // 2000)):  # other users asked: the cache is shared
+        ltm.get_relevant(questions[u % 64], user_id=f"user-{u:06d}")
+    contenders: dict[str, Callable[[int], Any]] = {
+        "relevant": lambda i: ltm.get_relevant(questions[i % 64], user_id="bench", limit=5),
+        "newest": lambda i: sorted(store.get_facts("bench"),
+                                   key=lambda f: (-f.updated_at, f.key))[:5],
+    }  # fmt: skip
+    assert ltm.get_relevant(WORDS[0], user_id="bench")  # built once, before the clock
+    calls: dict[str, list[float]] = {name: [] for name in contenders}
+    ratios = []
+    counter = 0
+    for r in range(repeats):
+        medians = {}
+        for name in rotated(list(contenders), r):
+            times = single_calls(contenders[name], n, counter)
+            counter += n
+            calls[name].extend(times)
+            medians[name] = statistics.median(times)
+        ratios.append(medians["relevant"] / medians["newest"])
+    after_write = []
+    for i in range(max(20, n // 10)):
+        store.save_fact(Fact("bench", f"topic_{i % RELEVANT_FACTS}", phrase(rng, 5)),
+                        max_facts=RELEVANT_FACTS)  # fmt: skip
+        after_write.extend(single_calls(contenders["relevant"], 1, i))
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    fresh = LongTermMemory(store)
+    fresh.get_relevant(WORDS[0], user_id="bench")
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return (
+        f"{kind}: get_relevant, a user with {RELEVANT_FACTS:,} facts among {users:,} users' "
+        f"facts ({OTHER_FACTS} each, seeded in {seeded:.0f} s): {p50_us(calls['relevant'])} "
+        f"vs the newest-facts read (get_facts sorted, top 5) {p50_us(calls['newest'])}: "
+        f"relevant/newest p50 = {ratio_summary(ratios)} (per repeat, {repeats} repeats of "
+        f"{n} calls each, rotated) | the question after a write to the user "
+        f"{p50_us(after_write)} | cached index {held / RELEVANT_FACTS:.0f} B a fact"
+    )
+
+
+def bench_relevant(quick: bool) -> list[str]:
+    """get_relevant on both stores (LevelDB with sync=False: only reads are timed)."""
+    lines = []
+    memory = MemoryStore.start_link()
+    try:
+        lines.append(bench_relevant_on("memory", memory, quick))
+    finally:
+        memory.stop()
+    with scratch("otpmem-bench-relevant-") as root:
+        disk = LevelDBStore.start_link(root / "db", sync=False)
+        try:
+            lines.append(bench_relevant_on("leveldb (sync=False)", disk, quick))
+        finally:
+            disk.stop()
+    return lines
+
+
 def main(quick: bool) -> list[str]:
     """Run every long-term benchmark."""
-    return [*bench_stores(quick), *bench_turns(quick)]
+    return [*bench_stores(quick), *bench_turns(quick), *bench_relevant(quick)]
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ EVAL_DIR = Path(__file__).resolve().parent / "recall_eval"
 
 Where = tuple[Conv, int]
 
+BASELINE = "raw bm25s, text (baseline)"
+OURS = "get_relevant (default)"
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -56,7 +59,11 @@ class Question:
     kind: str
 
 
-def load(directory: Path = EVAL_DIR) -> tuple[dict[Conv, list[dict[str, Any]]], list[Turn], list[Question]]:
+Loaded = tuple[dict[Conv, list[dict[str, Any]]], list[Turn], list[Question]]
+Found = dict[str, tuple[list[list[Where]], float]]
+
+
+def load(directory: Path = EVAL_DIR) -> Loaded:
     """The set's messages by conversation, its turns, its questions."""
     convs: dict[Conv, list[dict[str, Any]]] = {}
     turns: list[Turn] = []
@@ -195,12 +202,14 @@ def with_date(turn: Turn) -> str:
     return f"{with_neighbours(turn)} {when:%A %d %B %Y}"
 
 
-def contenders(quick: bool = False) -> tuple[list[Question], dict[str, tuple[list[list[Where]], float]]]:
+def contenders(
+    quick: bool = False,
+) -> tuple[list[Question], dict[str, tuple[list[list[Where]], float]]]:
     """The questions, and every contender's rankings (k = 10) and ms per query."""
     convs, turns, questions = load()
     k = 10
-    found: dict[str, tuple[list[list[Where]], float]] = {
-        "raw bm25s, text (baseline)": bm25s_variant(turns, questions, k, plain),
+    found: Found = {
+        BASELINE: bm25s_variant(turns, questions, k, plain),
         "raw bm25s, speaker: text": bm25s_variant(turns, questions, k, spoken),
         "  + no stop words": bm25s_variant(turns, questions, k, spoken, stopwords=None),
         "  + Snowball stems": bm25s_variant(turns, questions, k, spoken, stopwords=None, stem=True),
@@ -210,19 +219,24 @@ def contenders(quick: bool = False) -> tuple[list[Question], dict[str, tuple[lis
         "  + next turn": bm25s_variant(
             turns, questions, k, with_neighbours, stopwords=None, stem=True
         ),
-        "  + session date": bm25s_variant(turns, questions, k, with_date, stopwords=None, stem=True),
+        "  + session date": bm25s_variant(
+            turns, questions, k, with_date, stopwords=None, stem=True
+        ),
     }
     found["get_relevant, own text only"] = index_variant(
         convs, questions, k, weights=(1.0, 0.0), context=(0.0, 0.0, 0.0)
     )
     found["get_relevant, BM25 + context"] = index_variant(convs, questions, k, weights=(1.0, 0.0))
-    found["get_relevant (default)"] = index_variant(convs, questions, k)
+    found["get_relevant, HashingEmbedder fused"] = index_variant(
+        convs, questions, k, weights=(1.0, 1.0)
+    )
+    found[OURS] = index_variant(convs, questions, k)
     return questions, found
 
 
 if __name__ == "__main__":
     questions, found = contenders()
-    base = recall_at(found["raw bm25s, text (baseline)"][0], questions, 10)
+    base = recall_at(found[BASELINE][0], questions, 10)
     for label, (ranked, ms) in found.items():
         r5, r10 = recall_at(ranked, questions, 5), recall_at(ranked, questions, 10)
         print(f"{label:<32} @5 {r5:.3f} @10 {r10:.3f} ({r10 / base:.2f}x) {ms:.3f} ms/query")

@@ -30,6 +30,7 @@ MODULES: list[str] = [
     "restart",
     "memory",
     "context",
+    "summary_turns",
     "agents",
     "scale",
     "activation",

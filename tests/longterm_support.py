@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from otpmem.stores import LevelDBStoreHandle, MemoryStore
+from otpmem.stores import ChatMemory, LevelDBStoreHandle, LongTermStore, MemoryStore
 
 
 def either_store(
@@ -47,3 +47,21 @@ def answered(text: str, prompt: int, completion: int, cost: str | None = None) -
     if cost is not None:
         usage["cost"] = cost
     return {"role": "assistant", "content": text, "metadata": {"usage": usage}}
+
+
+class Unstamped:
+    """A store of one's own without ``facts_stamp``: a store's members, delegated."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+
+def _delegated(name: str) -> Callable[..., Any]:
+    def member(self: Unstamped, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._store, name)(*args, **kwargs)
+
+    return member
+
+
+for _name in {n for p in (ChatMemory, LongTermStore) for n in dir(p) if not n.startswith("_")}:
+    setattr(Unstamped, _name, _delegated(_name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -9,8 +10,10 @@ from typing import Any
 
 import pytest
 
+import otpmem
 from otpmem.memory import Pipeline, PipelineProvider, PrepareContext, Summarization
 from otpmem.memory.facade import InvalidConfiguration, InvalidMemoryType, Memory, memory
+from otpmem.memory.sessions import session_scope
 from otpmem.memory.token_summary import TokenSummarization
 from otpmem.messages import Conv, InvalidMessage
 from otpmem.stores import MemoryStore
@@ -21,10 +24,27 @@ def user(text: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "kind", ["window", "Buffer", "buffered", "cache", "summary", "vector", "hybrid"]
+    "kind",
+    [
+        "window",
+        "Buffer",
+        "buffered",
+        "cache",
+        "session",
+        "summary",
+        "vector",
+        "boxvector",
+        "hybrid",
+    ],
 )
 def test_every_kind_stores_and_reads_back(kind: str) -> None:
-    with memory(kind, user_id="ann", conversation_id="c") as mem:
+    # cache and session memories live in the application's shared store
+    shared = kind in ("cache", "session")
+    with (
+        otpmem.running() if shared else contextlib.nullcontext(),
+        session_scope("visitor-1"),
+        memory(kind, user_id="ann", conversation_id="c") as mem,
+    ):
         assert mem.is_empty()
         mem.add("hello").add({"content": "hi there", "role": "assistant"}).add(["a", ["b"]])
         assert mem.count() == 4

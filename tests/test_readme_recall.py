@@ -33,9 +33,12 @@ def test_the_recall_section_runs_and_recalls() -> None:
         assert [h.message["content"] for h in found] == ["I'm allergic to shellfish."]
         assert type(found[0].score) is float  # BM25: the attached index answered
         # The agent's last model call had the old fact, recalled past its window of 2 (the
-        # answer before the question and the question), as the comment says.
+        # answer before the question and the question), as the comment says;
         turn = namespace["answer"]
-        assert turn.content == "My passport expires in May. | When does my passport expire?"
+        # "small talk 0" comes along: the passport turn before it is its context.
+        assert turn.content == (
+            "My passport expires in May. | small talk 0 | When does my passport expire?"
+        )
         ranked = namespace["ranked"]
         assert {h.message["content"] for h in ranked} >= {
             "My passport expires in May.",

@@ -22,7 +22,13 @@ import plyvel
 import pytest
 
 from otpmem.actors import faults
-from otpmem.memory.recall import HashingEmbedder, RecallIndex, RecallIndexHandle, lexical
+from otpmem.memory.recall import (
+    STANDALONE,
+    HashingEmbedder,
+    RecallIndex,
+    RecallIndexHandle,
+    lexical,
+)
 from otpmem.memory.recall.chunks import Piece, Terms
 from otpmem.memory.recall.partition import Partition, analyze_meta, document_text, fingerprint
 from otpmem.memory.recall.restore import build
@@ -425,18 +431,18 @@ def test_vectors_of_a_changed_hashing_are_not_reused(
     store = LevelDBStore.start_link(db)
     try:
         fill(store, ["ann"], convs=2, per=10)
-        first = RecallIndex.start_link(store)
+        first = RecallIndex.start_link(store, HashingEmbedder())
         first.refresh(user_id="ann")
         first.stop()
         hashed = HashingEmbedder.embed
         monkeypatch.setattr(
             HashingEmbedder, "embed", lambda self, texts: [-v for v in hashed(self, texts)]
         )
-        index = RecallIndex.start_link(store)  # same repr, other vectors
+        index = RecallIndex.start_link(store, HashingEmbedder())  # same repr, other vectors
         try:
             index.refresh(user_id="ann")
             assert index.stats()["restored"] == 0
-            assert answers(index, ["ann"]) == rebuilt(store, ["ann"])
+            assert answers(index, ["ann"]) == rebuilt(store, ["ann"], embedder=HashingEmbedder())
         finally:
             index.stop()
     finally:
@@ -598,6 +604,13 @@ def test_a_restored_partition_equals_the_one_its_messages_were_appended_to() -> 
         pieces = []
         for size in (rng.randint(1, 40), rng.randint(1, 40)):
             batch = [message(rng, i) for i in range(size)]
+            # Some standalone documents among the turns: linked to no neighbour.
+            batch = [
+                {**m, "metadata": {**(m.get("metadata") or {}), STANDALONE: True}}
+                if i % 7 == 3
+                else m
+                for i, m in enumerate(batch)
+            ]
             tokens = [lexical.tokenize(document_text(m)) for m in batch]
             meta = [analyze_meta(m) for m in batch]
             vectors = np.asarray(embedder.embed([document_text(m) for m in batch]), np.float32)

@@ -5,22 +5,42 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..llm import ChatResponse
 from ..memory import BasicMemoryProvider, DefaultProvider, MemoryProvider, check_provider
 from ..memory.recall.default import default_index
 from ..memory.recall.hybrid import HybridProvider
+from ..messages import Conv
 from ..protocols import conforms
 from ..stores import ChatMemory, default_store
+
+if TYPE_CHECKING:
+    from ..memory import Memory
 
 logger = logging.getLogger("otpmem.agents")
 
 MEMORY_FORMS = (
     'omitted or "default" (the shared default store), {"window": n}, {"store": store}, '
     '{"recall": True} or {"window": n, "recall": True} (recall over the default store), '
-    "a MemoryProvider (or a BasicMemoryProvider), or False/None (no memory)"
+    "a MemoryProvider (or a BasicMemoryProvider), a Memory (otpmem.memory.memory(...): its "
+    "store, policy and conversation), or False/None (no memory)"
 )
+
+
+def as_memory(memory: Any) -> Memory | None:
+    """``memory`` if it is a ``Memory`` (the facade's), else None."""
+    if not (hasattr(memory, "conv") and hasattr(memory, "provider")):
+        return None  # not one: the facade need not be imported to say so
+    from ..memory import Memory
+
+    return memory if isinstance(memory, Memory) else None
+
+
+def bound_conversation(memory: Any) -> Conv | None:
+    """The conversation a ``Memory`` given as ``memory=`` binds the agent to, else None."""
+    bound = as_memory(memory)
+    return None if bound is None else bound.conv
 
 
 def resolve_memory(memory: Any) -> BasicMemoryProvider | None:
@@ -28,6 +48,10 @@ def resolve_memory(memory: Any) -> BasicMemoryProvider | None:
     else raises now (a provider lacking a member of the contract: a TypeError naming it)."""
     if memory is None or memory is False:
         return None
+    if as_memory(memory) is not None:
+        if memory.closed:
+            raise ValueError(f"memory={memory!r} is closed: give the agent an open Memory")
+        return check_provider(memory.provider)
     if isinstance(memory, str):
         if memory == "default":
             return DefaultProvider(default_store())

@@ -19,7 +19,7 @@ from ..llm import ChatModel, Pricing
 from ..memory import BasicMemoryProvider, MemoryProvider
 from ..messages import Conv, as_conv, check_user_id
 from ..protocols import conforms
-from ._config import Callbacks, as_callbacks, resolve_memory
+from ._config import Callbacks, as_callbacks, bound_conversation, resolve_memory
 from ._context import TurnContext, turn_context
 from ._handle import agent_name
 
@@ -30,7 +30,8 @@ class AgentOptions:
 
     ``llm``: the model. ``memory``: one of ``MEMORY_FORMS`` (the shared default store when
     omitted). ``conversation_id`` (a fresh ``conv-...`` when None) and ``user_id`` name the
-    conversation. ``system_prompt``: sent first in every model call, never stored.
+    conversation; a ``Memory`` given as ``memory`` names it instead (they may repeat it).
+    ``system_prompt``: sent first in every model call, never stored.
     ``tools``: functions or ``Tool``s. ``max_tool_iterations``: model calls of one turn, at
     most. ``filters``: the kernel's onion filters. ``callbacks``: hooks into a turn (a
     ``Callbacks`` or a dict of them). ``on_busy``: what a turn does while another turn
@@ -64,6 +65,25 @@ class AgentOptions:
     pricing: Pricing | None = None
     name: str | None = None
     idle_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        # A Memory is one conversation: the agent over it is that conversation's agent (its
+        # identity, found again after a restart), so the ids come from it.
+        bound = bound_conversation(self.memory)
+        if bound is None:
+            return
+        for field_name, value in (
+            ("user_id", bound.user_id),
+            ("conversation_id", bound.conversation_id),
+        ):
+            given = getattr(self, field_name)
+            if given is not None and given != value:
+                raise ValueError(
+                    f"{field_name}={given!r}, but memory= is bound to {bound}: drop "
+                    f"{field_name}, or make the memory with it (memory(kind, "
+                    f"{field_name}=...))"
+                )
+            object.__setattr__(self, field_name, value)
 
 
 @dataclass

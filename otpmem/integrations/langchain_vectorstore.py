@@ -23,7 +23,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from .. import aio
-from ..memory.recall import RecallIndex, RecallIndexHandle
+from ..memory.recall import STANDALONE, RecallIndex, RecallIndexHandle
 from ..messages import Conv, check_user_id, freeze_value, short_repr, thaw
 from ..stores import ChatMemory
 
@@ -202,7 +202,11 @@ class OtpmemVectorStore(VectorStore):
                 continue  # the same document again: nothing to write
             entry = {"id": doc_id, "rev": uuid.uuid4().hex, "metadata": metadata}
             records.append(
-                {"role": "user", "content": doc.page_content, "metadata": {DOCUMENT_KEY: entry}}
+                {
+                    "role": "user",
+                    "content": doc.page_content,
+                    "metadata": {DOCUMENT_KEY: entry, STANDALONE: True},
+                }
             )
         self._append(records)
         return ids
@@ -234,7 +238,7 @@ class OtpmemVectorStore(VectorStore):
             {
                 "role": "user",
                 "content": "",
-                "metadata": {DOCUMENT_KEY: {"id": i, "rev": "", "deleted": True}},
+                "metadata": {DOCUMENT_KEY: {"id": i, "rev": "", "deleted": True}, STANDALONE: True},
             }
             for i in dict.fromkeys(ids)
             if i in live.docs

@@ -44,7 +44,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path
 
 from .. import aio
-from ..memory.recall import RecallIndex, RecallIndexHandle
+from ..memory.recall import STANDALONE, RecallIndex, RecallIndexHandle
 from ..messages import Conv, freeze_value, short_repr, thaw
 from ..stores import ChatMemory, Fact
 
@@ -162,7 +162,13 @@ class OtpmemStore(BaseStore):
         record = {"ns": list(op.namespace), "key": op.key, "version": saved.version}
         self.store.add(
             Conv(tenant, INDEX_CONVERSATION),
-            [{"role": "user", "content": "\n".join(texts), "metadata": {RECORD_KEY: record}}],
+            [
+                {
+                    "role": "user",
+                    "content": "\n".join(texts),
+                    "metadata": {RECORD_KEY: record, STANDALONE: True},
+                }
+            ],
         )
 
     def _search(self, op: SearchOp) -> list[SearchItem]:

@@ -11,15 +11,18 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .apply import apply_memory
 from .longterm import (
     ExtractionFailed,
     ExtractionReport,
     FactExtractor,
+    FactHit,
     LongTermMemory,
     ModelFactExtractor,
     RuleFactExtractor,
 )
-from .pipeline import PRESETS, Pipeline, PrepareReport
+from .pipeline import PRESETS, InvalidPipeline, Pipeline, PrepareReport
+from .prepare_context import CallOptions
 from .provider import (
     BasicMemoryProvider,
     DefaultProvider,
@@ -28,6 +31,7 @@ from .provider import (
     StoreProvider,
     check_provider,
 )
+from .reads import History
 from .strategies import (
     SUMMARY_PREFIX,
     PrepareContext,
@@ -68,6 +72,8 @@ if TYPE_CHECKING:
         SentenceTransformerEmbedder,
         ranked_search,
     )
+    from .recall.cached_embedder import CachedEmbedder, EmbeddingCache, embedding_cache
+    from .sessions import current_session, session_scope
     from .token_summary import TokenSummarization
 
 _LAZY = {
@@ -87,6 +93,10 @@ _LAZY = {
         ".recall",
     ),
     **dict.fromkeys(["InvalidConfiguration", "InvalidMemoryType", "Memory", "memory"], ".facade"),
+    **dict.fromkeys(
+        ["CachedEmbedder", "EmbeddingCache", "embedding_cache"], ".recall.cached_embedder"
+    ),
+    **dict.fromkeys(["current_session", "session_scope"], ".sessions"),
     "TokenSummarization": ".token_summary",
 }
 
@@ -112,20 +122,26 @@ __all__ = [
     "PRESETS",
     "SUMMARY_PREFIX",
     "BasicMemoryProvider",
+    "CachedEmbedder",
+    "CallOptions",
     "DefaultProvider",
     "Embedder",
     "EmbedderError",
+    "EmbeddingCache",
     "ExtractionFailed",
     "ExtractionReport",
     "ExtractiveSummarizer",
     "FactExtractor",
+    "FactHit",
     "FunctionSummarizer",
     "HashingEmbedder",
     "HeuristicCounter",
+    "History",
     "Hit",
     "HybridProvider",
     "InvalidConfiguration",
     "InvalidMemoryType",
+    "InvalidPipeline",
     "LongTermMemory",
     "Memory",
     "MemoryProvider",
@@ -150,14 +166,18 @@ __all__ = [
     "TokenSummarization",
     "TokenTruncation",
     "TokenizerUnavailable",
+    "apply_memory",
     "as_summarizer",
     "check_provider",
     "count_all",
+    "current_session",
     "drop_orphans",
+    "embedding_cache",
     "is_pinned",
     "memory",
     "ranked_search",
     "safe_window",
+    "session_scope",
     "tiktoken_counter",
     "units",
     "valid_context",

@@ -3,11 +3,13 @@ makes one of a kind with ``memory()``)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ..messages import ConvLike, InvalidMessage, as_conv, short_repr
-from ..stores import EXPORT_FORMAT, EXPORT_VERSION, ChatMemory
+from ..stores import EXPORT_FORMAT, EXPORT_VERSION, ChatMemory, parse_import
 from .pipeline import Pipeline
 from .provider import BasicMemoryProvider, DefaultProvider
 from .recall import Hit, RecallIndexHandle, ranked_search
@@ -19,12 +21,26 @@ class InvalidConfiguration(ValueError):
     """A memory's configuration cannot work; the message names the key and why."""
 
 
+class InvalidMemoryType(ValueError):
+    """``memory(kind)`` with a kind it does not know (the message lists the kinds), or a
+    class path that names no ``Memory`` subclass (the message says why)."""
+
+
 class Memory:
-    """One conversation's memory: its store, its key, its provider, perhaps an index.
+    """One conversation's memory: its store, its conversation, its provider, perhaps an
+    index; ``key`` is the name ``memory()`` found it by.
 
     Methods mirror bx-ai's; writes go to the store (read-your-writes), ``context()`` is
-    what the provider would send to a model now.
+    what the provider would send to a model now. An agent takes it as ``memory=``: it then
+    runs over this memory's conversation, store and provider.
+
+    A subclass named by its class path (``memory("pkg.mod.MyMemory", ...)``) is built as
+    the kind ``base_kind`` is, with the keys ``config_keys`` added to that kind's; those
+    are handed to ``configure`` (snake_case) once it is built.
     """
+
+    base_kind: ClassVar[str] = "window"
+    config_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -34,6 +50,8 @@ class Memory:
         index: RecallIndexHandle | None = None,
         *,
         owned: Sequence[Any] = (),
+        key: str | None = None,
+        kind: str | None = None,
     ) -> None:
         if not isinstance(store, ChatMemory):
             raise TypeError(f"store must implement ChatMemory, got {short_repr(store)}")
@@ -41,10 +59,17 @@ class Memory:
         self.conv = as_conv(conv)
         self.provider = provider if provider is not None else DefaultProvider(store)
         self.index = index
+        self.key = key if key is not None else self.conv.conversation_id
+        self.kind = kind
+        self.metric = "cosine"
+        self.collection: str | None = None
+        self.summarizer: Summarizer | SummarizeFn | None = None
+        self.keep_recent = 5  # summarize()'s default; the summary kind's summary_threshold
         self._owned = list(owned)
+        self.closed = False
 
     def __repr__(self) -> str:
-        return f"Memory({self.conv}, {self.provider!r})"
+        return f"{type(self).__name__}({self.conv}, {self.provider!r})"
 
     def __enter__(self) -> Memory:
         return self
@@ -52,12 +77,20 @@ class Memory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def configure(self, config: dict[str, Any]) -> None:
+        """A subclass's own keys (``config_keys``), once it is built; the base reads none."""
+
     def close(self) -> None:
-        """Stop the processes ``memory()`` started for this memory (index, then store)."""
+        """Stop what ``memory()`` started for this memory (index, then store; clients);
+        what lives in a shared store stays there."""
         for process in reversed(self._owned):
-            if process.alive:
-                process.stop()
+            if hasattr(process, "alive"):
+                if process.alive:
+                    process.stop()
+            else:
+                process.close()  # an embedder's or a model's connection pool
         self._owned.clear()
+        self.closed = True
 
     # -- writing -------------------------------------------------------------------------
 
@@ -87,28 +120,55 @@ class Memory:
             self.index.forget(self.conv)
 
     def summarize(
-        self, keep_recent: int = 5, summarizer: Summarizer | SummarizeFn | None = None
+        self,
+        keep_recent: int | Mapping[str, Any] | None = None,
+        summarizer: Summarizer | SummarizeFn | None = None,
     ) -> dict[str, Any] | None:
         """Fold all but the newest ``keep_recent`` unsummarized messages into a rolling
-        summary now; it is stored as a pinned system message (the history stays) and
-        returned, or None when there is nothing to fold."""
-        if type(keep_recent) is not int or keep_recent < 0:
-            raise ValueError(f"keep_recent must be an int >= 0, got {short_repr(keep_recent)}")
-        step = Summarization(keep_recent + 1, keep_recent, summarizer)
-        saved: list[dict[str, Any]] = []
-        report = Pipeline([step]).explain(self.get_all(), self.conv, saved.append)
+        summary now; it is stored as a pinned system message (the history stays), sent in
+        place of what it covers from then on, and returned; None when there is nothing to
+        fold. bx-ai's ``summarize({keepRecent: 5})`` works too (keys ``keep_recent``,
+        ``summarizer``, ``provider``, ``model``)."""
+        client = None
+        if isinstance(keep_recent, Mapping):
+            keep_recent, summarizer, client = _summarize_options(keep_recent, summarizer)
+        try:
+            if keep_recent is None:
+                keep_recent = self.keep_recent
+            if type(keep_recent) is not int or keep_recent < 0:
+                raise ValueError(f"keep_recent must be an int >= 0, got {short_repr(keep_recent)}")
+            step = Summarization(keep_recent + 1, keep_recent, summarizer or self.summarizer)
+            saved: list[dict[str, Any]] = []
+            report = Pipeline([step]).explain(self.get_all(), self.conv, saved.append)
+        finally:
+            if client is not None:
+                client.close()
         if not saved:
             return None
         self.store.add(self.conv, saved)
         return dict(report.summary) if report.summary is not None else saved[0]
 
     def import_(self, data: Any) -> int:
-        """Append messages from an ``export()`` document (every conversation in it) or a
-        list of messages, all validated first; return how many were added."""
-        batch = _document_messages(data) if isinstance(data, Mapping) else _messages(data)
-        if batch:
-            self.store.add(self.conv, batch)
-        return len(batch)
+        """Add the messages of an ``export()`` document (each conversation in it, in order)
+        or a list of messages to this conversation, all validated first; return how many
+        were added. Idempotent: a batch the conversation already holds (as one run of
+        messages: imported before, or exported from here) is not added again, and two
+        imports racing store it once (it is keyed by a digest of its messages)."""
+        batches: list[list[dict[str, Any]]]
+        if isinstance(data, Mapping):
+            _check_document(data)
+            batches = [list(messages) for _, messages in parse_import(data)]
+        else:
+            batches = [_messages(data)]
+        held = self.get_all() if any(batches) else []
+        added = 0
+        for batch in batches:
+            if not batch or _holds_run(held, batch):
+                continue
+            self.store.add(self.conv, batch, _import_key(batch))
+            held = self.get_all()
+            added += len(batch)
+        return added
 
     # -- reading -------------------------------------------------------------------------
 
@@ -206,20 +266,51 @@ def _messages(item: Any) -> list[dict[str, Any]]:
     )
 
 
-def _document_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every message of an export document, in order (the store validates them on add)."""
+def _check_document(data: Mapping[str, Any]) -> None:
+    """A document that is not otpmem's export is refused by name before any is read."""
     if data.get("format") != EXPORT_FORMAT or data.get("version") != EXPORT_VERSION:
         raise InvalidMessage(
             f"not an otpmem export (format {EXPORT_FORMAT!r}, version {EXPORT_VERSION}): "
             f"got {short_repr(data.get('format'))}, {short_repr(data.get('version'))}"
         )
-    entries = data.get("conversations")
-    if not isinstance(entries, list):
-        raise InvalidMessage("'conversations' must be a list")
-    found: list[dict[str, Any]] = []
-    for i, entry in enumerate(entries):
-        messages = entry.get("messages") if isinstance(entry, Mapping) else None
-        if not isinstance(messages, list):
-            raise InvalidMessage(f"conversations[{i}] needs a list of 'messages'")
-        found += messages
-    return found
+
+
+def _holds_run(held: Sequence[Mapping[str, Any]], batch: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``batch`` appears in ``held`` as one contiguous run, in order."""
+    n = len(batch)
+    first = batch[0]
+    return any(
+        held[start] == first and all(held[start + i] == batch[i] for i in range(1, n))
+        for start in range(len(held) - n + 1)
+    )
+
+
+def _import_key(batch: Sequence[Mapping[str, Any]]) -> str:
+    """The idempotency key of an imported batch: a digest of its messages (as the stores'
+    own ``import_`` keys a conversation of a document)."""
+    canonical = json.dumps([dict(m) for m in batch], sort_keys=True, default=str)
+    return "import:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _summarize_options(
+    options: Mapping[str, Any], summarizer: Summarizer | SummarizeFn | None
+) -> tuple[int | None, Summarizer | SummarizeFn | None, Any]:
+    """bx-ai's ``summarize(config)``: keep_recent, and a summarizer or a provider/model."""
+    from ._memory_config import model_summarizer, snake_keys  # it imports this module
+
+    given = snake_keys(options, "summarize()")
+    unknown = set(given) - {"keep_recent", "summarizer", "provider", "model"}
+    if unknown:
+        raise InvalidConfiguration(
+            f"summarize() does not take {', '.join(sorted(unknown))}; it takes keep_recent, "
+            "summarizer, provider, model"
+        )
+    chosen = given.get("summarizer", summarizer)
+    client = None
+    if "provider" in given or "model" in given:
+        if chosen is not None:
+            raise InvalidConfiguration(
+                "summarize() takes a summarizer or a provider/model, not both"
+            )
+        chosen, client = model_summarizer(given.get("provider"), given.get("model"), "summarize()")
+    return given.get("keep_recent"), chosen, client

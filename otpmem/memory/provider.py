@@ -17,6 +17,7 @@ from ..protocols import conforms
 from ..stores import ChatMemory, StoredWindow
 from .longterm import LongTermMemory
 from .pipeline import Pipeline, PrepareReport, report
+from .reads import History, LastReads, read_for
 from .strategies import PrepareContext
 from .tokens import DEFAULT_COUNTER, TokenCounter
 from .window import safe_window
@@ -105,23 +106,6 @@ def check_provider(provider: object) -> BasicMemoryProvider:
         f"{', '.join(EXACTLY_ONCE)}: otpmem.memory.MemoryProvider); {short_repr(provider)} "
         f"lacks {', '.join(lacks)}"
     )
-
-
-class History(list[dict[str, Any]]):
-    """What a provider's ``history`` returns: the messages, and how many of the
-    conversation's unpinned messages come before them unread (``offset``), so a pipeline
-    that numbers the whole conversation (summaries do) still can."""
-
-    __slots__ = ("offset",)
-
-    def __init__(self, messages: Sequence[Any] = (), offset: int = 0) -> None:
-        super().__init__(messages)
-        self.offset = offset
-
-
-FIRST_READ = 64
-"""How many of the newest messages a pipeline's first read of a turn takes; it doubles
-until every strategy sees enough."""
 
 
 def check_store(store: object) -> ChatMemory:
@@ -285,28 +269,18 @@ class PipelineProvider(StoreProvider):
         self.long_term_memory = long_term_memory
         # conversation -> the summary its latest prepare rolled, stored with the next append
         self._pending: dict[Conv, dict[str, Any]] = {}
+        self._reads = LastReads()
 
     def __repr__(self) -> str:
         return f"PipelineProvider({self.store!r}, {self.pipeline!r})"
 
     def history(self, conv: ConvLike) -> list[dict[str, Any]]:
-        """The pinned messages and the newest ones the pipeline needs, oldest first."""
+        """The pinned messages and the newest ones the pipeline needs, oldest first (a
+        ``History``: it says how many unpinned messages come before it unread)."""
         key = as_conv(conv)
-        want = FIRST_READ
-        while True:
-            stored = self.store.window(key, want)
-            if stored.start == 0:
-                return History(stored.tail)
-            offset = stored.start - stored.pinned_before
-            pinned = [m for _, m in stored.pinned] + [m for m in stored.tail if is_pinned(m)]
-            unpinned = [m for m in stored.tail if not is_pinned(m)]
-            if (
-                unpinned
-                and unpinned[0].get("role") != "tool"
-                and self.pipeline.sees_enough(unpinned, offset, pinned)
-            ):
-                return History(stored.messages(), offset)
-            want *= 2
+        found = read_for(self.store, key, self.pipeline)
+        self._reads.remember(key, found)
+        return found
 
     def append(
         self,
@@ -325,14 +299,18 @@ class PipelineProvider(StoreProvider):
     def prepare(
         self, conv: ConvLike, messages: Sequence[Mapping[str, Any]]
     ) -> list[Mapping[str, Any]]:
-        """Run the pipeline; nothing is stored (a new summary waits for the next append)."""
+        """Run the pipeline; nothing is stored (a new summary waits for the next append).
+
+        ``messages`` is what ``history`` returned, as it is or with the turn's new messages
+        after it (``history + [question]``, beamai's order, or read after the question was
+        appended): either way the summaries are numbered over the whole conversation."""
         key = as_conv(conv)
 
         def keep(summary: dict[str, Any]) -> None:
             self._pending[key] = summary
 
         # run, not explain: the report's token accounting would cost more than the pipeline
-        out = self.pipeline.run(messages, key, keep, offset=getattr(messages, "offset", 0))
+        out = self.pipeline.run(messages, key, keep, offset=self._reads.offset_of(key, messages))
         if self.long_term_memory is not None:
             return self.long_term_memory.inject(out, key.user_id)  # in front, never stored
         return out
@@ -356,11 +334,12 @@ class PipelineProvider(StoreProvider):
             messages,
             key,
             save_summary=keep if keep_summary else None,
-            offset=getattr(messages, "offset", 0),
+            offset=self._reads.offset_of(key, messages),
         )
 
     def clear(self, conv: ConvLike) -> None:
         """Forget the conversation, summaries included."""
         key = as_conv(conv)
         self._pending.pop(key, None)
+        self._reads.forget(key)
         self.store.clear(key)

@@ -71,13 +71,17 @@ class ExtractiveSummarizer:
 
 
 class ModelSummarizer:
-    """Asks a ``ChatModel`` for the summary: the previous one plus the aged transcript."""
+    """Asks a ``ChatModel`` for the summary: the previous one plus the aged transcript.
+    ``options`` go with every call (``model="gpt-4o-mini"`` names the model to a client
+    that takes one per call, and the summaries' provenance)."""
 
-    def __init__(self, model: ChatModel, prompt: str = SUMMARY_PROMPT, **options: Any) -> None:
+    def __init__(self, model: ChatModel, /, prompt: str = SUMMARY_PROMPT, **options: Any) -> None:
         self.model = model
         self.prompt = prompt
         self.options = options
-        self.name = f"model:{getattr(model, 'name', type(model).__name__)}"
+        name = str(getattr(model, "name", type(model).__name__))
+        asked = options.get("model")
+        self.name = f"model:{name}" if asked in (None, name) else f"model:{name}/{asked}"
 
     def summarize(self, messages: Sequence[Mapping[str, Any]], previous: str | None) -> str:
         """Fold ``messages`` into ``previous``; raises if the model fails or answers nothing."""
@@ -95,38 +99,71 @@ class ModelSummarizer:
 
 
 SummarizeFn = Callable[..., str]
-"""A plain function as a summarizer: ``fn(messages, previous)`` or ``fn(messages)``."""
+"""A plain function as a summarizer: ``fn(messages, previous)``, ``fn(messages)``, or
+PhoenixAI.Store's ``fn(messages, context, opts)``."""
 
 
 class FunctionSummarizer:
     """A plain function as a ``Summarizer`` (PhoenixAI.Store's ``summarize_fn`` hook):
-    ``fn(messages, previous)``, or ``fn(messages)`` when it takes one argument."""
+    ``fn(messages, previous)``, ``fn(messages)`` when it takes one argument, or
+    ``fn(messages, context, opts)`` when it takes three: PhoenixAI's form, where
+    ``context`` is the call's (``model``, ``provider``, ``conv``, ``max_tokens``, and
+    ``previous``, the summary being rolled onto) and ``opts`` the strategy's options.
+    It returns the text (PhoenixAI's ``{:ok, text}``) or raises (``{:error, reason}``)."""
 
     def __init__(self, fn: SummarizeFn) -> None:
         if not callable(fn):
             raise TypeError(f"a summarizer function must be callable, got {fn!r}")
         self.fn = fn
         self.name = f"function:{getattr(fn, '__qualname__', type(fn).__name__)}"
-        self._with_previous = _takes_two(fn)
+        self.arity = _arity(fn)
 
-    def summarize(self, messages: Sequence[Mapping[str, Any]], previous: str | None) -> str:
+    def summarize(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        previous: str | None,
+        context: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> str:
         """Call the function; what it returns must be a non-empty str."""
-        text = self.fn(messages, previous) if self._with_previous else self.fn(messages)
+        if self.arity == 2:
+            text = self.fn(messages, previous)
+        elif self.arity == 3:
+            text = self.fn(messages, {**(context or {}), "previous": previous}, options or {})
+        else:
+            text = self.fn(messages)
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"{self.name} returned {text!r}, not a non-empty str")
         return text
 
 
-def _takes_two(fn: SummarizeFn) -> bool:
+def _arity(fn: SummarizeFn) -> int:
+    """How many arguments a summarizer function is given: 2 if it takes two, else 3 if it
+    takes three, else 1."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
-        return True  # a builtin without a signature: given both, as the protocol says
-    try:
-        signature.bind(None, None)
-    except TypeError:
-        return False
-    return True
+        return 2  # a builtin without a signature: given both, as the protocol says
+    for arity in (2, 3):
+        try:
+            signature.bind(*[None] * arity)
+        except TypeError:
+            continue
+        return arity
+    return 1
+
+
+def model_summarizer(provider: Any, model: str | None) -> Summarizer:
+    """The summarizer of a provider and a model name: ``"openai"`` is
+    ``OpenAIClient(model)`` (a model is required), a ``ChatModel`` is asked with
+    ``model=`` among its options when a model is named."""
+    if isinstance(provider, str):
+        if model is None:
+            raise ValueError(f"provider {provider!r} needs a model name (model=...)")
+        from ..llm import OpenAIClient  # the only provider known by name
+
+        return ModelSummarizer(OpenAIClient(model))
+    return ModelSummarizer(provider, model=model) if model else ModelSummarizer(provider)
 
 
 def as_summarizer(summarizer: object) -> Summarizer | None:

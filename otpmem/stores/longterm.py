@@ -15,7 +15,10 @@ repeats an extraction.
 
 from __future__ import annotations
 
+import itertools
 import math
+import struct
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
@@ -27,6 +30,8 @@ from ._base import StoreError
 MAX_FACTS_PER_USER = 200
 MAX_FACT_KEY = 200
 MAX_FACT_VALUE = 10_000
+_STAMP = struct.Struct(">QQ")
+_stamps = itertools.count()
 
 
 class FactLimitReached(StoreError):
@@ -146,6 +151,22 @@ class LongTermStore(Protocol):
 
     def pending_extractions(self) -> list[tuple[Conv, int]]:
         """The extractions asked for and not yet done, by conversation."""
+
+
+@runtime_checkable
+class FactStamps(Protocol):
+    """A store that stamps every change to a user's facts (otpmem's three do): long-term
+    memory keeps a user's ranked facts while the stamp it read them under stays."""
+
+    def facts_stamp(self, user_id: str) -> bytes | None:
+        """A value that every write changing the user's facts changes, and that names one
+        state of them (equal stamps, equal facts); None when the store knows none (no
+        facts, or facts older than stamps)."""
+
+
+def new_stamp() -> bytes:
+    """A stamp no write had before: the time in ns and a counter of this process."""
+    return _STAMP.pack(time.time_ns(), next(_stamps) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
 # -- validation, shared by every store ---------------------------------------------------------

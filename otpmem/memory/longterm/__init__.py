@@ -12,6 +12,7 @@ from .extractors import (
 )
 from .inject import is_injected
 from .ltm import LongTermMemory
+from .relevant import FactHit, FactIndex
 from .server import ExtractionServer
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "ExtractionReport",
     "ExtractionServer",
     "FactExtractor",
+    "FactHit",
+    "FactIndex",
     "LongTermMemory",
     "ModelFactExtractor",
     "RuleFactExtractor",

@@ -1,8 +1,11 @@
 """What long-term memory puts in front of a context: pinned system messages, capped.
 
 The profile comes first ("User profile:\\n..."), then the facts ("User context:\\n- k: v"),
-the most recently updated first, as many as fit in the token cap. They are marked
-``metadata.long_term_memory`` and ``pinned``, built fresh for every call, and never stored.
+as many as fit in the token cap, in the order they are wanted (``inject_mode="relevant"``:
+the ones most relevant to the newest user message, then the newest; ``"newest"``: the most
+recently updated) and shown most recently updated first, so the text changes only when
+the facts chosen do. They are marked ``metadata.long_term_memory`` and ``pinned``, built
+fresh for every call, and never stored.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...messages import text_of
 from ...stores import Fact, Profile
 from ..tokens import TokenCounter
+from .relevant import newest_first
 
 PROFILE_HEADER = "User profile:"
 FACTS_HEADER = "User context:"
@@ -29,11 +34,21 @@ def is_injected(message: Mapping[str, Any]) -> bool:
     return isinstance(metadata, Mapping) and metadata.get(MARK) is not None
 
 
+def question_of(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the newest user message ("" if there is none): what facts are chosen for."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return text_of(message)
+    return ""
+
+
 def render(
     profile: Profile | None, facts: Sequence[Fact], max_tokens: int, counter: TokenCounter
-) -> list[dict[str, Any]]:
-    """The profile message (if it fits) and the facts message (the newest facts that fit
-    in what is left), at most ``max_tokens`` together by ``counter``."""
+) -> tuple[list[dict[str, Any]], int]:
+    """The profile message (if it fits) and the facts message, at most ``max_tokens``
+    together by ``counter``; and how many facts it holds. ``facts`` come in the order
+    they are wanted: the first that fit in what the profile left are kept, shown most
+    recently updated first."""
     out: list[dict[str, Any]] = []
     left = max_tokens
     if profile is not None and profile.summary.strip():
@@ -43,9 +58,8 @@ def render(
             out.append(message)
             left -= cost
     if not facts:
-        return out
-    ordered = sorted(facts, key=lambda f: (-f.updated_at, f.key))  # newest; ties by key
-    lines = [f"- {f.key}: {f.value}" for f in ordered]
+        return out, 0
+    lines = [line_of(f) for f in facts]
     # Grow by each line's own cost, then check the whole (a counter need not be additive).
     empty = counter.count(pinned_system("", "facts"))
     used = counter.count(pinned_system(FACTS_HEADER, "facts"))
@@ -57,9 +71,15 @@ def render(
         used += cost
         kept += 1
     while kept:
-        message = pinned_system("\n".join([FACTS_HEADER, *lines[:kept]]), "facts")
+        shown = [line_of(f) for f in newest_first(facts[:kept])]
+        message = pinned_system("\n".join([FACTS_HEADER, *shown]), "facts")
         if counter.count(message) <= left:
             out.append(message)
             break
         kept -= 1
-    return out
+    return out, kept
+
+
+def line_of(fact: Fact) -> str:
+    """A fact as the model reads it."""
+    return f"- {fact.key}: {fact.value}"

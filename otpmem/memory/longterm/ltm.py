@@ -29,16 +29,19 @@ from ...stores import MAX_FACTS_PER_USER, ChatMemory, Fact, FactLimitReached, Lo
 from ..tokens import DEFAULT_COUNTER, TokenCounter
 from ._report import Claims, ExtractionReport, merged
 from .extractors import ExtractionFailed, FactExtractor
-from .inject import render
+from .inject import question_of, render
 from .profile import update_profile
+from .relevant import MAX_CACHED, FactHit, FactIndex, UserFacts
 from .server import start_server
 
 logger = logging.getLogger("otpmem.memory")
 
-RENDER_CACHE = 4096
-"""How many users' rendered context a LongTermMemory keeps (all dropped when full)."""
+RENDER_CACHE = 8192
+"""How many rendered contexts a LongTermMemory keeps, two a user at most (the newest
+facts, the facts chosen for the last question): all dropped when full."""
 TRIGGERS = ("manual", "per_turn", "on_close")
 MODES = ("sync", "async")
+INJECT_MODES = ("relevant", "newest")
 T = TypeVar("T")
 
 
@@ -47,6 +50,7 @@ class Rendered(NamedTuple):
 
     state: Any
     messages: list[dict[str, Any]]
+    kept: int
 
 
 def _choice(value: object, choices: tuple[str, ...], what: str) -> str:
@@ -78,10 +82,15 @@ class LongTermMemory:
     agent), ``"on_close"`` (when the agent stops). ``mode="async"`` runs extractions in a
     supervised server (under ``supervisor``, else under the running application, else
     unsupervised with a warning); stop it with ``close()``. ``inject``: put the profile and
-    the facts in front of every context, at most ``inject_max_tokens`` of them, the most
-    recently updated facts first. ``max_facts_per_user``: at the cap a new key is refused
-    and reported (``ExtractionReport.refused``), or with ``evict`` replaces the least
-    recently updated fact.
+    the facts in front of every context, at most ``inject_max_tokens`` of them: with
+    ``inject_mode="relevant"`` up to ``inject_max_facts`` facts, the most relevant to the
+    newest user message first and the most recently updated after them (all of them when
+    nothing matches); with ``"newest"`` the most recently updated that fit.
+    ``max_facts_per_user``: at the cap a new key is refused and reported
+    (``ExtractionReport.refused``), or with ``evict`` replaces the least recently updated
+    fact. ``get_relevant(query, user_id=...)`` ranks a user's facts for any question, from
+    per-user indexes kept while the user's facts do not change (at most
+    ``max_cached_facts`` facts over all users).
     """
 
     def __init__(
@@ -95,6 +104,9 @@ class LongTermMemory:
         max_facts_per_user: int = MAX_FACTS_PER_USER,
         evict: bool = False,
         inject_max_tokens: int = 1000,
+        inject_mode: str = "relevant",
+        inject_max_facts: int = 20,
+        max_cached_facts: int = MAX_CACHED,
         counter: TokenCounter | None = None,
         batch: int = 100,
         supervisor: Any = None,
@@ -120,6 +132,9 @@ class LongTermMemory:
         self.evict = evict
         self.max_facts = _positive_int(max_facts_per_user, "max_facts_per_user")
         self.inject_max_tokens = _positive_int(inject_max_tokens, "inject_max_tokens")
+        self.inject_mode = _choice(inject_mode, INJECT_MODES, "inject_mode")
+        self.inject_max_facts = _positive_int(inject_max_facts, "inject_max_facts")
+        self.index = FactIndex(self.store, max_cached_facts)
         if counter is not None and not isinstance(counter, TokenCounter):
             raise TypeError(f"counter must be a TokenCounter, got {short_repr(counter)}")
         self.counter = counter or DEFAULT_COUNTER
@@ -128,7 +143,7 @@ class LongTermMemory:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
         self._claims = Claims()
-        self._rendered: dict[str, Rendered] = {}
+        self._rendered: dict[tuple[str, str], Rendered] = {}
         self.server: Any = None
         if self.mode == "async":
             self.server = start_server(self, supervisor)
@@ -276,33 +291,68 @@ class LongTermMemory:
 
     # -- injection -------------------------------------------------------------------------
 
-    def context(self, user_id: str | None) -> list[dict[str, Any]]:
+    def get_relevant(
+        self, query: str, *, user_id: str, limit: int = 5, min_score: float = 0.0
+    ) -> list[FactHit]:
+        """The user's ``limit`` facts most relevant to ``query``, best first, with their
+        BM25 scores (over each fact's key and value); only facts scoring above 0 and at
+        least ``min_score``. Never another user's fact."""
+        return self.index.get_relevant(query, user_id, limit, min_score)
+
+    def context(self, user_id: str | None, question: str = "") -> list[dict[str, Any]]:
         """The pinned system messages that carry the user's profile and facts (none for
-        no user, or with ``inject=False``), within ``inject_max_tokens``."""
+        no user, or with ``inject=False``), within ``inject_max_tokens``; in ``relevant``
+        mode the facts are chosen for ``question``."""
         if user_id is None or not self.inject_enabled:
             return []
         profile = self.store.get_profile(user_id)
-        facts = self.store.get_facts(user_id)
-        # Rendering counts tokens line by line; what it renders changes only with a write,
-        # and a write changes a version or a time: render once per state, not per call.
-        state = (
-            None if profile is None else (profile.summary, profile.updated_at),
-            tuple((f.key, f.version, f.updated_at) for f in facts),
-        )
-        cached = self._rendered.get(user_id)
+        known = self.index.facts(user_id)
+        # Rendering counts tokens line by line; what it renders changes only with a write
+        # or another choice of facts: render once per state, not per call.
+        state = (None if profile is None else (profile.summary, profile.updated_at), known.state)
+        newest = known.newest if self.inject_mode == "newest" else None
+        if newest is None and not (question and len(known) > self.inject_max_facts):
+            newest = known.newest[: self.inject_max_facts]
+        if newest is not None:
+            rendered = self._render((user_id, "newest"), profile, state, newest)
+            if self.inject_mode == "newest" or not question or rendered.kept == len(newest):
+                return [dict(message) for message in rendered.messages]
+        # More facts than are sent: the question decides which ones.
+        chosen = self._chosen(known, question)
+        keys = tuple(f.key for f in chosen)
+        rendered = self._render((user_id, "chosen"), profile, (state, keys), chosen)
+        return [dict(message) for message in rendered.messages]
+
+    def _chosen(self, known: UserFacts, question: str) -> list[Fact]:
+        """Up to ``inject_max_facts`` facts: the relevant ones best first, then the newest."""
+        wanted = self.inject_max_facts
+        chosen = [hit.fact for hit in known.rank(question, wanted, 0.0)] if question else []
+        keys = {f.key for f in chosen}
+        for fact in known.newest:
+            if len(chosen) >= wanted:
+                break
+            if fact.key not in keys:
+                chosen.append(fact)
+        return chosen
+
+    def _render(
+        self, slot: tuple[str, str], profile: Profile | None, state: Any, facts: Sequence[Fact]
+    ) -> Rendered:
+        cached = self._rendered.get(slot)
         if cached is None or cached.state != state:
             if len(self._rendered) >= RENDER_CACHE:
                 self._rendered.clear()
-            cached = self._rendered[user_id] = Rendered(
-                state, render(profile, facts, self.inject_max_tokens, self.counter)
-            )
-        return [dict(message) for message in cached.messages]
+            messages, kept = render(profile, facts, self.inject_max_tokens, self.counter)
+            cached = self._rendered[slot] = Rendered(state, messages, kept)
+        return cached
 
     def inject(
         self, messages: Sequence[Mapping[str, Any]], user_id: str | None
     ) -> list[Mapping[str, Any]]:
-        """``messages`` with the user's long-term context in front (never stored)."""
-        found = self.context(user_id)
+        """``messages`` with the user's long-term context in front (never stored), its
+        facts chosen for the newest user message among them."""
+        question = question_of(messages) if self.inject_mode == "relevant" else ""
+        found = self.context(user_id, question)
         return [*found, *messages] if found else list(messages)
 
     # -- profiles --------------------------------------------------------------------------

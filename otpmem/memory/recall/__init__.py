@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .hybrid import HybridProvider
     from .index import RecallIndex
     from .openai_embedder import OpenAIEmbedder
+    from .partition import STANDALONE
 
 _WHERE = {
     "Embedder": ".base",
@@ -32,6 +33,7 @@ _WHERE = {
     "HybridProvider": ".hybrid",
     "RecallIndex": ".index",
     "OpenAIEmbedder": ".openai_embedder",
+    "STANDALONE": ".partition",
 }
 
 
@@ -52,6 +54,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "RRF_K",
+    "STANDALONE",
     "Embedder",
     "EmbedderError",
     "FilterFailed",

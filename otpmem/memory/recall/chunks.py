@@ -122,14 +122,14 @@ class Chunk:
     digest: bytes
 
 
-def signature(embedder: Embedder) -> bytes | None:
+def signature(embedder: Embedder | None) -> bytes | None:
     """What a snapshot must have been made by to be used: the embedder (its class, its
-    ``repr`` and dim) and the analyzer (``ANALYZER_VERSION``, the stemmer's version and
-    the terms of a probe message); None when the embedder cannot say who it is (no
-    ``__repr__`` of its own), so nothing of it is persisted. A ``HashingEmbedder``'s
-    vector of the probe counts too: a change of its hashing shows."""
+    ``repr`` and dim; None: no vectors) and the analyzer (``ANALYZER_VERSION``, the
+    stemmer's version and the terms of a probe message); None when the embedder cannot say
+    who it is (no ``__repr__`` of its own), so nothing of it is persisted. A
+    ``HashingEmbedder``'s vector of the probe counts too: a change of its hashing shows."""
     kind = type(embedder)
-    if kind.__repr__ is object.__repr__:
+    if embedder is not None and kind.__repr__ is object.__repr__:
         return None
     import Stemmer
 
@@ -137,7 +137,7 @@ def signature(embedder: Embedder) -> bytes | None:
         FORMAT,
         f"{kind.__module__}.{kind.__qualname__}",
         repr(embedder),
-        int(embedder.dim),
+        0 if embedder is None else int(embedder.dim),
         lexical.ANALYZER_VERSION,
         str(Stemmer.version()) if hasattr(Stemmer, "version") else "",
         lexical.tokenize(document_text(_PROBE)),

@@ -43,10 +43,14 @@ class Engine:
         weights: tuple[float, float],
         around: tuple[float, float, float] = (0.0, 0.0, 0.0),
     ) -> None:
-        self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
         self.weights = weights
         self.around = around
-        self.floor = noise_floor(self.embedder)
+        # Without a vector ranking, nothing is embedded and no vector held (a 256-float
+        # row per message is most of what an index would otherwise cost).
+        self.embedder: Embedder | None = None
+        if weights[1]:
+            self.embedder = embedder if embedder is not None else HashingEmbedder()
+        self.floor = noise_floor(self.embedder) if self.embedder is not None else 0.0
         self.tenants = Tenants(store, self.embedder, max_documents)
 
     def refresh(self, owner: Owner, only: Conv | None) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 from ...messages import Conv
 from .chunks import Piece, Terms
 from .lexical import LexicalIndex, Posting
-from .partition import ROLES, ConvState, Partition
+from .partition import ROLES, ConvState, Partition, is_turn
 
 Segment = tuple[Conv, Sequence[Piece], bytes]
 """One conversation's pieces, oldest first, and the fingerprint of its newest message."""
@@ -41,9 +41,13 @@ def build(dim: int, segments: Sequence[Segment]) -> Partition:
             continue
         slot = len(part.slots)
         part.slots.append(conv)
-        part.convs[conv] = ConvState(slot, list(range(doc, doc + size)), last)
-        part.previous[doc + 1 : doc + size] = np.arange(doc, doc + size - 1, dtype=np.int32)
-        part.following[doc : doc + size - 1] = np.arange(doc + 1, doc + size, dtype=np.int32)
+        newest = pieces[-1].messages[-1]
+        part.convs[conv] = ConvState(slot, list(range(doc, doc + size)), last, newest)
+        # Neighbours as append links them: consecutive turns, never a standalone document.
+        turns = np.fromiter((is_turn(m) for p in pieces for m in p.messages), bool, size)
+        linked = np.flatnonzero(turns[1:] & turns[:-1]) + doc + 1
+        part.previous[linked] = linked - 1
+        part.following[linked - 1] = linked
         part.doc_slot.frombytes(np.full(size, slot, dtype=np.int32).tobytes())
         part.doc_position.frombytes(np.arange(size, dtype=np.int32).tobytes())
         at = doc

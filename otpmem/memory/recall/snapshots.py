@@ -97,10 +97,10 @@ class Stored:
 class Snapshots:
     """One index's snapshots; used from its process and its blocking work, one at a time."""
 
-    def __init__(self, store: ChatMemory, embedder: Embedder) -> None:
+    def __init__(self, store: ChatMemory, embedder: Embedder | None) -> None:
         self.store = store
         self.sig = signature(embedder)
-        self.dim = int(embedder.dim)
+        self.dim = 0 if embedder is None else int(embedder.dim)
         self.shelf: Shelf | None = None
         self.off = self.sig is None  # True: nothing is (or will be) kept for this index
         self.queued: dict[Owner, dict[Conv, Queued]] = {}

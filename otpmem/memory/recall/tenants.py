@@ -47,18 +47,18 @@ class Tenants:
     def __init__(
         self,
         store: ChatMemory,
-        embedder: Embedder,
+        embedder: Embedder | None,
         max_documents: int,
         snapshots: Snapshots | None = None,
     ) -> None:
         self.store = store
         # Where partitions are kept beside the store (None: nowhere), see ``snapshots``.
         self.snapshots = snapshots
-        self.embedder = embedder
-        self.dim = int(embedder.dim)
+        self.embedder = embedder  # None: no vector ranking, nothing embedded
+        self.dim = 0 if embedder is None else int(embedder.dim)
         # HashingEmbedder is a few µs a message: small catch-ups stay inline. Anything
         # else (a model, a server) may block: it always runs on the blocking pool.
-        self.inline = isinstance(embedder, HashingEmbedder)
+        self.inline = embedder is None or isinstance(embedder, HashingEmbedder)
         self.max_documents = max_documents
         self.partitions: OrderedDict[Owner, Partition] = OrderedDict()
         # Live documents in all partitions, kept as they change: a query's cost must not
@@ -99,6 +99,8 @@ class Tenants:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
         """One unit row per text; an embedder that may block runs on the blocking pool."""
+        if self.embedder is None:
+            return np.zeros((len(texts), 0), dtype=np.float32)
         if self.inline:
             vectors = self.embedder.embed(texts)
         else:
@@ -128,26 +130,27 @@ class Tenants:
                 part.drop(gone)  # cleared or forgotten in the store
                 if self.snapshots is not None:
                     self.snapshots.reset(owner, gone)
+        counts = {conv: self.store.count(conv) for conv in convs}
         pending = 0
-        for conv in convs:
+        for conv, n in counts.items():
             state = part.convs.get(conv)
-            pending += self.store.count(conv) - (0 if state is None else state.indexed)
+            pending += n - (0 if state is None else state.indexed)
         if pending > INLINE_BATCH or (pending and not self.inline):
-            blocking(self._index, owner, part, convs)
+            blocking(self._index, owner, part, counts)
         else:
-            self._index(owner, part, convs)
+            self._index(owner, part, counts)
         self.documents += len(part) - before
         self._evict(owner)
         return part
 
-    def _index(self, owner: Owner, part: Partition, convs: Sequence[Conv]) -> None:
+    def _index(self, owner: Owner, part: Partition, counts: Mapping[Conv, int]) -> None:
         batches = []
-        for conv in convs:
+        for conv, n in counts.items():
             state = part.convs.get(conv)
             if state is None:
                 reset, fresh = self._read(conv, 0, None)
             else:
-                reset, fresh = self._read(conv, state.indexed, state.last)
+                reset, fresh = self._read(conv, state.indexed, state.last, n, state.newest)
             if reset:
                 part.drop(conv)
                 if self.snapshots is not None:
@@ -157,7 +160,7 @@ class Tenants:
         texts = [document_text(m) for _, fresh in batches for m in fresh]
         if not texts:
             return
-        vectors = as_matrix(self.embedder.embed(texts), self.dim, len(texts))
+        vectors = self._vectors(texts)
         start = 0
         for conv, fresh in batches:
             tokens = [tokenize(t) for t in texts[start : start + len(fresh)]]
@@ -206,13 +209,12 @@ class Tenants:
             else:
                 segments.append((conv, left.pieces, left.last))  # checked at a full catch-up
         texts = [document_text(m) for _, _, tail in fresh for m in tail]
-        vectors = as_matrix(self.embedder.embed(texts), self.dim, len(texts)) if texts else None
+        vectors = self._vectors(texts)
         offset = 0
         for i, at, tail in fresh:
             conv, pieces, _ = segments[i]
             tokens = [tokenize(t) for t in texts[offset : offset + len(tail)]]
             meta = [analyze_meta(m) for m in tail]
-            assert vectors is not None
             rows = vectors[offset : offset + len(tail)]
             last = fingerprint(tail[-1])
             piece = Piece(list(tail), Terms.of(tokens), Terms.of(meta), rows)
@@ -222,23 +224,38 @@ class Tenants:
         return build(self.dim, segments)
 
     def _read(
-        self, conv: Conv, indexed: int, last: bytes | None
+        self,
+        conv: Conv,
+        indexed: int,
+        last: bytes | None,
+        counted: int | None = None,
+        newest: Mapping[str, Any] | None = None,
     ) -> tuple[bool, Sequence[Mapping[str, Any]]]:
         """(start over?, the messages to index next) for one conversation of which
-        ``indexed`` messages are indexed, the newest with fingerprint ``last``."""
+        ``indexed`` messages are indexed, the newest with fingerprint ``last`` (or that
+        very object, ``newest``: a store handing out read-only messages is checked by
+        identity), ``counted`` messages long if the caller counted. A conversation with
+        nothing new costs one more read: its newest message, still the one indexed last?"""
         if not indexed:
             return False, self.store.get(conv)
+        n = self.store.count(conv) if counted is None else counted
         for _ in range(3):
-            n = self.store.count(conv)
             if n < indexed:
                 break
             tail = self.store.get(conv, last=n - indexed + 1)
-            if self.store.count(conv) != n:
-                continue  # written meanwhile: the tail is not the one counted
-            if len(tail) == n - indexed + 1 and fingerprint(tail[0]) == last:
+            if len(tail) == n - indexed + 1 and (tail[0] is newest or fingerprint(tail[0]) == last):
                 return False, tail[1:]
-            break
+            recounted = self.store.count(conv)
+            if recounted == n:
+                break  # not a write meanwhile: the conversation was rewritten
+            n = recounted
         return True, self.store.get(conv)
+
+    def _vectors(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """The texts' rows, embedded here (the caller is off the scheduler already)."""
+        if self.embedder is None or not texts:
+            return np.zeros((len(texts), self.dim), dtype=np.float32)
+        return as_matrix(self.embedder.embed(texts), self.dim, len(texts))
 
     def _evict(self, keep: Owner) -> None:
         while self.documents > self.max_documents and len(self.partitions) > 1:

@@ -1,6 +1,7 @@
 """LevelDBStore's long-term records: their keys, the ops that write them, the reads.
 
     f <user> <fact key>                 ->  msgpack(fact)
+    s <user>                            ->  the stamp of the last change of the user's facts
     h <user> <fact key part> <seq>      ->  msgpack(a superseded or deleted fact)
     r <user>                            ->  msgpack([summary, metadata, updated_at])
     U <user>                            ->  msgpack(usage): the user's running sums
@@ -38,11 +39,13 @@ from ..longterm import (
     check_user,
     fact_as_list,
     fact_from_list,
+    new_stamp,
     plan_facts,
 )
 from . import keys
 
 FACT = b"f"
+STAMP = b"s"
 HISTORY = b"h"
 PROFILE = b"r"
 USER_USAGE = b"U"
@@ -52,7 +55,7 @@ CONV_USAGE = b"u"
 CURSOR = b"x"
 JOB = b"j"
 CONVERSATION_KINDS = (CONV_USAGE, CURSOR, JOB)
-USER_KINDS = (FACT, HISTORY, PROFILE, USER_USAGE, USAGE_LOG, CLEARED)
+USER_KINDS = (FACT, STAMP, HISTORY, PROFILE, USER_USAGE, USAGE_LOG, CLEARED)
 _STAMP = struct.Struct(">QQ")
 _entries = itertools.count()
 
@@ -120,6 +123,8 @@ def fact_ops(
         # version 1, so the version cannot name the entry).
         entry = history_prefix(user_id, old.key) + _STAMP.pack(time.time_ns(), next(_entries))
         ops.append((entry, msgpack.packb(fact_as_list(old))))
+    if plan.put or plan.removed:  # what a cached ranking of the facts is checked against
+        ops.append((keys.user_prefix(STAMP, user_id), new_stamp()))
     if cursor is not None:
         conv, position = cursor
         ops.append((keys.conv_prefix(CURSOR, conv), msgpack.packb(position)))
@@ -201,6 +206,12 @@ class LevelDBReads:
         """Every fact of the user, by key."""
         with self._db() as db:
             return sorted(_facts(db, check_user(user_id)), key=lambda f: f.key)
+
+    def facts_stamp(self, user_id: str) -> bytes | None:
+        """The stamp of the last change of the user's facts (``FactStamps``), or None."""
+        with self._db() as db:
+            raw: bytes | None = db.get(keys.user_prefix(STAMP, check_user(user_id)))
+        return raw
 
     def fact_history(self, user_id: str, key: str) -> list[Fact]:
         """The values superseded or deleted, oldest first."""

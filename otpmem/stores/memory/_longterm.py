@@ -21,6 +21,7 @@ from ..longterm import (
     check_fact_key,
     check_since,
     check_user,
+    new_stamp,
     plan_facts,
 )
 
@@ -77,7 +78,7 @@ def user_records(user_id: str, convs: Sequence[Conv]) -> list[LongTermKey]:
     """Every long-term record of a user whose conversations are ``convs``: the records of a
     conversation that outlive its clear (when it was cleared, its cursor) are kept under
     its user, so a forget needs no scan of the table."""
-    kinds = ("facts", "history", "profile", "user_usage", "log", "cleared", "cursors")
+    kinds = ("facts", "stamp", "history", "profile", "user_usage", "log", "cleared", "cursors")
     return [key(kind, user_id) for kind in kinds] + [key("conv_usage", c) for c in convs]
 
 
@@ -128,6 +129,8 @@ def fact_write(
         key("facts", user_id): merged,
         key("history", user_id): history,
     }
+    if plan.put or plan.removed:  # what a cached ranking of the facts is checked against
+        puts[key("stamp", user_id)] = new_stamp()
     if cursor is not None:
         conv, position = cursor
         cursors = dict(mapping.get(key("cursors", conv.user_id), {}))
@@ -161,6 +164,12 @@ def read_fact(mapping: Mapping[Any, Any], user_id: str, fact_key: str) -> Fact |
     """One fact, or None."""
     facts: dict[str, Fact] = mapping.get(key("facts", check_user(user_id)), {})
     return facts.get(check_fact_key(fact_key))
+
+
+def read_stamp(mapping: Mapping[Any, Any], user_id: str) -> bytes | None:
+    """The stamp of the user's last change of facts, or None."""
+    stamp: bytes | None = mapping.get(key("stamp", check_user(user_id)))
+    return stamp
 
 
 def read_history(mapping: Mapping[Any, Any], user_id: str, fact_key: str) -> list[Fact]:
@@ -245,6 +254,10 @@ class TableReads:
     def get_facts(self, user_id: str) -> list[Fact]:
         """Every fact of the user, by key."""
         return read_facts(self._mapping(), user_id)
+
+    def facts_stamp(self, user_id: str) -> bytes | None:
+        """The stamp of the last change of the user's facts (``FactStamps``), or None."""
+        return read_stamp(self._mapping(), user_id)
 
     def fact_history(self, user_id: str, key: str) -> list[Fact]:
         """The values superseded or deleted, oldest first."""

@@ -54,6 +54,10 @@ _SQL = {
     "k.key = %s AND k.ordinal >= c.key_ordinal - %s",
     "fact": "SELECT record FROM {ns}.facts WHERE user_id = %s AND key = %s",
     "facts": "SELECT record FROM {ns}.facts WHERE user_id = %s ORDER BY key",
+    # Every write of a row gives it a new xmin (the writing transaction's id), whichever
+    # node or program wrote it: the facts' keys and xmins name their state, no table needed.
+    "facts_stamp": "SELECT md5(string_agg(length(key) || ':' || key || ':' || xmin::text, "
+    "',' ORDER BY key)) FROM {ns}.facts WHERE user_id = %s",
     "history": "SELECT record FROM {ns}.fact_history WHERE user_id = %s AND key = %s ORDER BY n",
     "profile": "SELECT record FROM {ns}.profiles WHERE user_id = %s",
     "usage": "SELECT prompt_tokens, completion_tokens, total_tokens, cost FROM "
@@ -175,6 +179,13 @@ class PostgresReads:
         """Every fact of the user, by key."""
         rows = self._rows("facts", (check_user(user_id),))
         return [fact_from_list(msgpack.unpackb(r[0])) for r in rows]
+
+    def facts_stamp(self, user_id: str) -> bytes | None:
+        """The digest of the user's fact rows' keys and versions (``FactStamps``): a write
+        to them, from any node, changes it; None for a user with no facts."""
+        rows = self._rows("facts_stamp", (check_user(user_id),))
+        digest = rows[0][0] if rows else None
+        return None if digest is None else str(digest).encode()
 
     def fact_history(self, user_id: str, key: str) -> list[Fact]:
         """The values superseded or deleted, oldest first."""
