@@ -94,9 +94,9 @@ class RecallIndex(GenServer):
         snapshots: bool = True,
         start_timeout: float | None = 5.0,
     ) -> RecallIndexHandle:
-        """Start an index over ``store`` (default embedder: ``HashingEmbedder()``), linked to
-        the caller. ``snapshots=False``: keep nothing beside a durable store (see
-        ``snapshots``); every restart then re-indexes from the store."""
+        """Start an index over ``store`` (BM25 with context; fused with ``embedder``'s
+        vectors when given), linked to the caller. ``snapshots=False``: keep nothing
+        beside a durable store (see ``snapshots``); every restart then re-indexes."""
         args = (*_checked(store, embedder, max_documents, weights, context), _flag(snapshots))
         handle = cls.spawn(args, {}, link=True, name=name, start_timeout=start_timeout)
         assert isinstance(handle, RecallIndexHandle)
@@ -265,8 +265,9 @@ def _flag(snapshots: object) -> bool:
 def _checked(
     store: object, embedder: object, max_documents: object, weights: object, context: object
 ) -> tuple[ChatMemory, Embedder | None, int, tuple[float, float], tuple[float, float, float]]:
-    """``start_link``'s arguments, checked in the caller's thread (None: the default
-    embedder, ``HashingEmbedder()``, made with the engine on the first query)."""
+    """``start_link``'s arguments, checked in the caller's thread (embedder None: no vectors,
+    unless ``weights`` give them a weight: then ``HashingEmbedder()``, made with the engine
+    on the first query)."""
     if not isinstance(store, ChatMemory):
         raise TypeError(f"store must implement ChatMemory, got {short_repr(store)}")
     if embedder is not None and not isinstance(embedder, Embedder):
