@@ -10,20 +10,12 @@ from typing import Any, ClassVar
 
 from ..messages import ConvLike, InvalidMessage, as_conv, short_repr
 from ..stores import EXPORT_FORMAT, EXPORT_VERSION, ChatMemory, parse_import
+from ._memory_config import InvalidConfiguration, model_summarizer, snake_keys
 from .pipeline import Pipeline
 from .provider import BasicMemoryProvider, DefaultProvider
 from .recall import Hit, RecallIndexHandle, ranked_search
 from .strategies import Summarization
 from .summarizers import SummarizeFn, Summarizer
-
-
-class InvalidConfiguration(ValueError):
-    """A memory's configuration cannot work; the message names the key and why."""
-
-
-class InvalidMemoryType(ValueError):
-    """``memory(kind)`` with a kind it does not know (the message lists the kinds), or a
-    class path that names no ``Memory`` subclass (the message says why)."""
 
 
 class Memory:
@@ -296,8 +288,6 @@ def _summarize_options(
     options: Mapping[str, Any], summarizer: Summarizer | SummarizeFn | None
 ) -> tuple[int | None, Summarizer | SummarizeFn | None, Any]:
     """bx-ai's ``summarize(config)``: keep_recent, and a summarizer or a provider/model."""
-    from ._memory_config import model_summarizer, snake_keys  # it imports this module
-
     given = snake_keys(options, "summarize()")
     unknown = set(given) - {"keep_recent", "summarizer", "provider", "model"}
     if unknown:

@@ -6,15 +6,23 @@ bx-ai's names for otpmem's keys (``directoryPath``: ``path``; ``datasource``: ``
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..llm import ChatModel, OpenAIClient
 from ..messages import short_repr
-from ._conversation_memory import InvalidConfiguration, InvalidMemoryType, Memory
 from .summarizers import ModelSummarizer, Summarizer, as_summarizer
+
+
+class InvalidConfiguration(ValueError):
+    """A memory's configuration cannot work; the message names the key and why."""
+
+
+class InvalidMemoryType(ValueError):
+    """``memory(kind)`` with a kind it does not know (the message lists the kinds), or a
+    class path that names no ``Memory`` subclass (the message says why)."""
+
 
 IDENTITY = ("key", "user_id", "conversation_id")
 """What names the memory; read from ``config`` too (bx-ai's ``configure`` reads them)."""
@@ -190,25 +198,3 @@ def summarizer_of(config: Mapping[str, Any]) -> tuple[Summarizer | None, Any]:
     if "summary_provider" not in config and "summary_model" not in config:
         return None, None
     return model_summarizer(config.get("summary_provider"), config.get("summary_model"), "summary")
-
-
-def memory_class(path: str) -> type[Memory]:
-    """The ``Memory`` subclass a full class path names; ``InvalidMemoryType`` naming the
-    path and why otherwise."""
-    module_name, _, attribute = path.rpartition(".")
-    if not module_name or not attribute:
-        raise InvalidMemoryType(f"memory class {path!r} is not a full class path (module.Class)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidMemoryType(
-            f"memory class {path!r}: cannot import {module_name!r} ({exc})"
-        ) from None
-    found = getattr(module, attribute, None)
-    if found is None:
-        raise InvalidMemoryType(f"memory class {path!r}: {module_name!r} has no {attribute!r}")
-    if not isinstance(found, type) or not issubclass(found, Memory):
-        raise InvalidMemoryType(
-            f"memory class {path!r} is {short_repr(found)}, not a subclass of otpmem.memory.Memory"
-        )
-    return found

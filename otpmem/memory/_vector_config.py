@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..messages import short_repr
-from ._conversation_memory import InvalidConfiguration
-from ._memory_config import snake_keys
+from ._memory_config import InvalidConfiguration, snake_keys
 from .recall import Embedder, EmbedderError
 from .recall.cached_embedder import CachedEmbedder, embedding_cache
 

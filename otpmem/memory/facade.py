@@ -34,6 +34,7 @@ must not lose it).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -41,15 +42,16 @@ from typing import Any
 
 from ..messages import Conv, as_conv, check_user_id, short_repr
 from ..stores import ChatMemory, MemoryStore, default_store
-from ._conversation_memory import InvalidConfiguration, InvalidMemoryType, Memory
+from ._conversation_memory import Memory
 from ._covered import HybridMemoryProvider, WindowMemoryProvider
 from ._file_stores import open_file_store
 from ._memory_config import (
     IDENTITY,
     VECTOR_KEYS,
+    InvalidConfiguration,
+    InvalidMemoryType,
     check_keys,
     int_key,
-    memory_class,
     merged,
     snake_keys,
     summarizer_of,
@@ -365,3 +367,25 @@ def _stop(owned: list[Any]) -> None:
 
 
 __all__ = ["InvalidConfiguration", "InvalidMemoryType", "Memory", "memory"]
+
+
+def memory_class(path: str) -> type[Memory]:
+    """The ``Memory`` subclass a full class path names; ``InvalidMemoryType`` naming the
+    path and why otherwise."""
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name or not attribute:
+        raise InvalidMemoryType(f"memory class {path!r} is not a full class path (module.Class)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidMemoryType(
+            f"memory class {path!r}: cannot import {module_name!r} ({exc})"
+        ) from None
+    found = getattr(module, attribute, None)
+    if found is None:
+        raise InvalidMemoryType(f"memory class {path!r}: {module_name!r} has no {attribute!r}")
+    if not isinstance(found, type) or not issubclass(found, Memory):
+        raise InvalidMemoryType(
+            f"memory class {path!r} is {short_repr(found)}, not a subclass of otpmem.memory.Memory"
+        )
+    return found
