@@ -145,14 +145,19 @@ class LexicalIndex:
     def add(self, tokens: Sequence[str]) -> int:
         """Index one document; return its number."""
         doc = len(self.lengths)
-        counts = Counter(tokens)
+        # A plain dict, not a Counter: a chat turn is a dozen words, and Counter's
+        # construction was most of an add (most meta documents are empty: no work at all).
+        counts: dict[str, int] = {}
+        for term in tokens:
+            counts[term] = counts.get(term, 0) + 1
+        postings, df = self.postings, self.df
         for term, tf in counts.items():
-            posting = self.postings.get(term)
+            posting = postings.get(term)
             if posting is None:
-                posting = self.postings[term] = Posting(array("i"), array("f"))
+                posting = postings[term] = Posting(array("i"), array("f"))
             posting.docs.append(doc)
             posting.tfs.append(tf)
-        self.df.update(counts.keys())
+            df[term] += 1
         self.lengths.append(len(tokens))
         self.live += 1
         self.total_length += len(tokens)
