@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -44,7 +45,8 @@ class LongTermConformance:
         same = store.save_fact(Fact("ann", "city", "Paris"))
         assert (second.version, second.created_at) == (2, first.created_at)
         assert same == second, "an unchanged value is not a new version"
-        assert store.fact_history("ann", "city") == [first]
+        closed = replace(first, valid_to=second.valid_from)  # closed, not erased
+        assert store.fact_history("ann", "city") == [closed]
         assert store.get_facts("ann") == [second]
 
     def test_get_facts_lists_one_users_facts_by_key(self, store: Any) -> None:

@@ -7,10 +7,12 @@ its server answers the requests ``parse_longterm`` accepts.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Conv, ConvLike, as_conv, short_repr
+from ._fact_plan import as_seconds, check_closes
 from .longterm import (
     MAX_FACTS_PER_USER,
     Fact,
@@ -23,7 +25,7 @@ from .longterm import (
 )
 
 LONGTERM_ARITIES: dict[str, tuple[int, ...]] = {
-    "save_facts": (6,),
+    "save_facts": (7,),
     "save_profile": (1,),
     "delete_profile": (1,),
     "request_extraction": (2,),
@@ -67,17 +69,37 @@ class LongTermClient:
         cursor: tuple[ConvLike, int] | None = None,
         max_facts: int = MAX_FACTS_PER_USER,
         evict: bool = False,
+        closes: Mapping[str, float | datetime] | None = None,
         timeout: float | None = 10.0,
     ) -> list[Fact]:
-        """Upsert ``facts``, delete ``deletes`` and move an extraction ``cursor`` (conv,
-        position), all in one write: all of it happens, or none."""
-        request = parse_save_facts((user_id, list(facts), list(deletes), cursor, max_facts, evict))
+        """Upsert ``facts``, close the facts of ``closes`` (key -> when they stopped being
+        true), delete ``deletes`` and move an extraction ``cursor`` (conv, position), all
+        in one write: all of it happens, or none."""
+        request = parse_save_facts(
+            (user_id, list(facts), list(deletes), cursor, max_facts, evict, dict(closes or {}))
+        )
         saved, _removed = self.call(("save_facts", *request), timeout)
         return list(saved)
 
+    def close_fact(
+        self,
+        user_id: str,
+        key: str,
+        valid_to: float | datetime | None = None,
+        timeout: float | None = 10.0,
+    ) -> bool:
+        """The fact stopped being true at ``valid_to`` (default now): it leaves the current
+        facts and stays in the history, answered by ``get_facts(as_of=)`` before then;
+        False if there was none."""
+        at = as_seconds(valid_to, f"fact {key!r}: valid_to")
+        closes = {key: time.time() if at is None else at}
+        request = parse_save_facts((user_id, [], [], None, MAX_FACTS_PER_USER, False, closes))
+        _saved, removed = self.call(("save_facts", *request), timeout)
+        return key in removed
+
     def delete_fact(self, user_id: str, key: str, timeout: float | None = 10.0) -> bool:
         """Delete the fact (its history stays); False if there was none."""
-        request = parse_save_facts((user_id, [], [key], None, MAX_FACTS_PER_USER, False))
+        request = parse_save_facts((user_id, [], [key], None, MAX_FACTS_PER_USER, False, {}))
         _saved, removed = self.call(("save_facts", *request), timeout)
         return key in removed
 
@@ -98,7 +120,7 @@ class LongTermClient:
 
 def parse_save_facts(args: Sequence[Any]) -> tuple[Any, ...]:
     """Check a ``save_facts`` request (the handle's and the server's own check)."""
-    user_id, facts, deletes, cursor, max_facts, evict = args
+    user_id, facts, deletes, cursor, max_facts, evict, closes = args
     user_id = check_user(user_id)
     if type(facts) not in (list, tuple) or type(deletes) not in (list, tuple):
         raise ValueError("save_facts takes a list of facts and a list of keys to delete")
@@ -115,7 +137,10 @@ def parse_save_facts(args: Sequence[Any]) -> tuple[Any, ...]:
         cursor = (conv, position)
     if not isinstance(evict, bool):
         raise ValueError(f"evict must be a bool, got {short_repr(evict)}")
-    return user_id, checked, keys, cursor, check_limit(max_facts), evict
+    closed = check_closes(closes)
+    for key in closed:
+        check_fact_key(key)
+    return user_id, checked, keys, cursor, check_limit(max_facts), evict, closed
 
 
 def check_job(job: tuple[Any, Any]) -> tuple[Conv, int]:

@@ -21,11 +21,13 @@ import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Conv, ConvLike, as_conv, freeze_value, short_repr, thaw
-from ._base import StoreError
+from ._fact_plan import FactLimitReached as FactLimitReached
+from ._fact_plan import checked_times
 
 MAX_FACTS_PER_USER = 200
 MAX_FACT_KEY = 200
@@ -34,17 +36,15 @@ _STAMP = struct.Struct(">QQ")
 _stamps = itertools.count()
 
 
-class FactLimitReached(StoreError):
-    """A new fact would take a user past ``max_facts``: nothing was saved."""
-
-
 @dataclass(frozen=True)
 class Fact:
     """One thing known about a user: ``key`` -> ``value``, versioned from 1 on every change.
 
     ``source`` is the conversation and message position it came from, when known;
     ``version``, ``created_at`` and ``updated_at`` (seconds since the epoch) are set by the
-    store.
+    store. ``valid_from`` is when it became true (a datetime with a timezone or POSIX
+    seconds; stored as seconds, UTC; the time of the save when not given) and ``valid_to``
+    when it stopped (None: still true); a correction closes the old value.
     """
 
     user_id: str
@@ -54,6 +54,8 @@ class Fact:
     created_at: float = 0.0
     updated_at: float = 0.0
     source: tuple[Conv, int] | None = None
+    valid_from: float | datetime | None = None
+    valid_to: float | datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,19 @@ class LongTermStore(Protocol):
         cursor: tuple[ConvLike, int] | None = None,
         max_facts: int = ...,
         evict: bool = ...,
+        closes: Mapping[str, float | datetime] | None = None,
     ) -> list[Fact]:
-        """Upsert and delete several facts and move an extraction cursor, in one write."""
+        """Upsert, close and delete several facts and move an extraction cursor, in one
+        write."""
 
     def get_fact(self, user_id: str, key: str) -> Fact | None:
         """The fact, or None."""
 
-    def get_facts(self, user_id: str) -> list[Fact]:
-        """Every fact of the user, by key."""
+    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+        """Every fact of the user true now, by key; ``as_of``: those true then."""
+
+    def close_fact(self, user_id: str, key: str, valid_to: float | datetime | None = None) -> bool:
+        """Mark the fact no longer true from ``valid_to`` (default now); False if none."""
 
     def delete_fact(self, user_id: str, key: str) -> bool:
         """Delete it (its history stays); False if there was none."""
@@ -213,7 +220,7 @@ def check_fact(fact: object) -> Fact:
                 "user's conversation"
             )
         fact = replace(fact, source=(conv, position))
-    return fact
+    return checked_times(fact)
 
 
 def check_limit(max_facts: object) -> int:
@@ -306,12 +313,16 @@ def fact_as_list(fact: Fact) -> list[Any]:
         fact.created_at,
         fact.updated_at,
         source,
+        fact.valid_from,
+        fact.valid_to,
     ]
 
 
 def fact_from_list(raw: Sequence[Any]) -> Fact:
-    """The inverse of ``fact_as_list``."""
+    """The inverse of ``fact_as_list`` (a record from before facts had times: unknown
+    ``valid_from``, no ``valid_to``)."""
     source = raw[6]
+    began, ended = (raw[7], raw[8]) if len(raw) > 8 else (None, None)
     return Fact(
         raw[0],
         raw[1],
@@ -320,73 +331,6 @@ def fact_from_list(raw: Sequence[Any]) -> Fact:
         float(raw[4]),
         float(raw[5]),
         None if source is None else (Conv(source[0], source[1]), int(source[2])),
+        None if began is None else float(began),
+        None if ended is None else float(ended),
     )
-
-
-@dataclass
-class FactPlan:
-    """What one ``save_facts`` does, decided once for every store: the facts as saved, the
-    keys to write and to delete, and the values that go to history."""
-
-    saved: list[Fact] = field(default_factory=list)
-    put: dict[str, Fact] = field(default_factory=dict)
-    removed: list[str] = field(default_factory=list)
-    superseded: list[Fact] = field(default_factory=list)
-
-
-def plan_facts(
-    current: Mapping[str, Fact],
-    facts: Sequence[Fact],
-    deletes: Sequence[str],
-    now: float,
-    max_facts: int,
-    evict: bool,
-) -> FactPlan:
-    """Upserts (a changed value gets the next version; an unchanged one is left as is),
-    then deletes; a new key at the cap is refused (``FactLimitReached``) or, with
-    ``evict``, replaces the least recently updated fact not touched by this write."""
-    plan = FactPlan()
-    state = dict(current)
-    touched: set[str] = set()
-    for fact in facts:
-        existing = state.get(fact.key)
-        touched.add(fact.key)
-        if existing is not None and existing.value == fact.value:
-            plan.saved.append(existing)
-            continue
-        if existing is None and len(state) >= max_facts:
-            victims = sorted(
-                (f for k, f in state.items() if k not in touched), key=lambda f: f.updated_at
-            )
-            if not evict or not victims:
-                raise FactLimitReached(
-                    f"user {fact.user_id!r} has {len(state)} facts, the most allowed "
-                    f"(max_facts={max_facts}): the new fact {fact.key!r} was not saved; "
-                    "delete one, raise the cap, or let the oldest be evicted (evict=True)"
-                )
-            victim = victims[0]
-            del state[victim.key]
-            plan.put.pop(victim.key, None)
-            plan.removed.append(victim.key)
-            plan.superseded.append(victim)
-        stored = replace(
-            fact,
-            version=1 if existing is None else existing.version + 1,
-            created_at=now if existing is None else existing.created_at,
-            updated_at=now,
-        )
-        if existing is not None:
-            plan.superseded.append(existing)
-        state[fact.key] = stored
-        plan.put[fact.key] = stored
-        if fact.key in plan.removed:
-            plan.removed.remove(fact.key)
-        plan.saved.append(stored)
-    for key in deletes:
-        existing = state.pop(key, None)
-        if existing is None:
-            continue
-        plan.put.pop(key, None)
-        plan.removed.append(key)
-        plan.superseded.append(existing)
-    return plan

@@ -24,11 +24,13 @@ import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from ...messages import Conv, ConvLike, as_conv
+from .._fact_plan import as_seconds, facts_as_of, plan_facts
 from ..longterm import (
     Fact,
     Profile,
@@ -40,7 +42,6 @@ from ..longterm import (
     fact_as_list,
     fact_from_list,
     new_stamp,
-    plan_facts,
 )
 from . import keys
 
@@ -108,11 +109,12 @@ def fact_ops(
     cursor: tuple[Conv, int] | None,
     max_facts: int,
     evict: bool,
+    closes: Mapping[str, float],
 ) -> tuple[list[Fact], list[str], list[Op]]:
     """The facts as saved, the keys removed, and the ops of one ``save_facts`` (read from
     ``db`` with every earlier write on disk: the server flushes first)."""
     current = {f.key: f for f in _facts(db, user_id)}
-    plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict)
+    plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict, closes)
     ops: list[Op] = []
     for fact in plan.put.values():
         ops.append((fact_key(user_id, fact.key), msgpack.packb(fact_as_list(fact))))
@@ -202,10 +204,21 @@ class LevelDBReads:
             raw = db.get(entry)
         return None if raw is None else fact_from_list(msgpack.unpackb(raw))
 
-    def get_facts(self, user_id: str) -> list[Fact]:
-        """Every fact of the user, by key."""
+    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+        """Every fact of the user true now, by key; ``as_of``: those true then (one scan
+        of the user's facts and one of their history)."""
+        at = as_seconds(as_of, "as_of")
+        user_id = check_user(user_id)
         with self._db() as db:
-            return sorted(_facts(db, check_user(user_id)), key=lambda f: f.key)
+            current = _facts(db, user_id)
+            if at is None:
+                return sorted(current, key=lambda f: f.key)
+            prefix = keys.user_prefix(HISTORY, user_id)
+            history = [
+                fact_from_list(msgpack.unpackb(v))
+                for v in db.iterator(prefix=prefix, include_key=False)
+            ]
+        return facts_as_of(current, history, at)
 
     def facts_stamp(self, user_id: str) -> bytes | None:
         """The stamp of the last change of the user's facts (``FactStamps``), or None."""

@@ -2,7 +2,8 @@
 
 A directory written by wave 1 (layout 1: messages and meta only) is brought to layout 2 on
 its first open, once: its pinned index is built from the messages, so no stored system
-message goes missing from a window.
+message goes missing from a window. A layout-2 directory becomes layout 3 by its number
+alone (its facts read with unknown times).
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ def ensure_layout(db: Any, path: str) -> None:
                 f"the LevelDB store at {path!r} has key layout {version}, written by a newer "
                 f"otpmem; this one reads layouts up to {keys.LAYOUT_VERSION}"
             )
+        if version < keys.LAYOUT_VERSION:  # 2 -> 3: facts gain times, no record changes
+            db.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode(), sync=True)
         return
     with db.iterator(prefix=keys.META, include_value=False) as it:
         empty = next(it, None) is None

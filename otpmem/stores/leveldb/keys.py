@@ -47,8 +47,11 @@ PINNED = b"p"
 KEY = b"k"
 KEY_ORDER = b"q"
 VERSION = b"v"
-LAYOUT_VERSION = 2
-"""1: wave 1 (messages and meta); 2: the pinned index and idempotency keys."""
+LAYOUT_VERSION = 3
+"""1: wave 1 (messages and meta); 2: the pinned index and idempotency keys; 3: facts carry
+``valid_from`` and ``valid_to`` (a layout-2 fact reads as of unknown start, still true, so
+a layout-2 directory needs no rewrite, only the new number: an older otpmem, which would
+drop the times on its next write, then refuses the directory)."""
 CONVERSATION_KINDS = (MESSAGE, PINNED, KEY, KEY_ORDER)
 _LEN = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")

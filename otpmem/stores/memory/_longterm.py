@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...messages import Conv, ConvLike, as_conv
+from .._fact_plan import as_seconds, facts_as_of, plan_facts
 from ..longterm import (
     Fact,
     Profile,
@@ -22,7 +24,6 @@ from ..longterm import (
     check_since,
     check_user,
     new_stamp,
-    plan_facts,
 )
 
 MARK = "\x00otpmem.longterm"
@@ -116,10 +117,11 @@ def fact_write(
     cursor: tuple[Conv, int] | None,
     max_facts: int,
     evict: bool,
+    closes: Mapping[str, float],
 ) -> tuple[list[Fact], dict[LongTermKey, Any]]:
     """The facts as saved and the table writes of one ``save_facts``."""
     current: dict[str, Fact] = mapping.get(key("facts", user_id), {})
-    plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict)
+    plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict, closes)
     merged = {k: f for k, f in current.items() if k not in plan.removed}
     merged.update(plan.put)
     history: dict[str, tuple[Fact, ...]] = dict(mapping.get(key("history", user_id), {}))
@@ -154,10 +156,14 @@ def job_puts(mapping: Mapping[Any, Any], conv: Conv, upto: int) -> dict[LongTerm
 # -- reads, on any thread ----------------------------------------------------------------------
 
 
-def read_facts(mapping: Mapping[Any, Any], user_id: str) -> list[Fact]:
-    """A user's facts, by key."""
+def read_facts(mapping: Mapping[Any, Any], user_id: str, as_of: Any = None) -> list[Fact]:
+    """A user's facts true now, by key; ``as_of``: those true then."""
+    at = as_seconds(as_of, "as_of")
     facts: dict[str, Fact] = mapping.get(key("facts", check_user(user_id)), {})
-    return [facts[k] for k in sorted(facts)]
+    if at is None:
+        return [facts[k] for k in sorted(facts)]
+    history: dict[str, tuple[Fact, ...]] = mapping.get(key("history", user_id), {})
+    return facts_as_of(facts.values(), (f for old in history.values() for f in old), at)
 
 
 def read_fact(mapping: Mapping[Any, Any], user_id: str, fact_key: str) -> Fact | None:
@@ -251,9 +257,9 @@ class TableReads:
         """The fact, or None."""
         return read_fact(self._mapping(), user_id, key)
 
-    def get_facts(self, user_id: str) -> list[Fact]:
-        """Every fact of the user, by key."""
-        return read_facts(self._mapping(), user_id)
+    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+        """Every fact of the user true now, by key; ``as_of``: those true then."""
+        return read_facts(self._mapping(), user_id, as_of)
 
     def facts_stamp(self, user_id: str) -> bytes | None:
         """The stamp of the last change of the user's facts (``FactStamps``), or None."""

@@ -291,8 +291,8 @@ class MemoryStore(GenServer):
     def _longterm(self, kind: str, arg: Any) -> Any:
         mapping: dict[Any, Any] = self.table.mapping()
         if kind == "save_facts":
-            user_id, facts, deletes, cursor, max_facts, evict = arg
-            saved, puts = lt.fact_write(mapping, user_id, facts, deletes, cursor, max_facts, evict)
+            user_id = arg[0]
+            saved, puts = lt.fact_write(mapping, *arg)
             before: set[str] = set(mapping.get(lt.key("facts", user_id), {}))
             self.table.update(puts)
             after: set[str] = set(puts[lt.key("facts", user_id)])

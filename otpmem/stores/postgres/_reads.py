@@ -7,6 +7,7 @@ pinned index from two moments.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -15,6 +16,7 @@ from psycopg import sql
 from ...actors import blocking
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from .._base import KEYS_KEPT, StoredWindow, check_key, check_last
+from .._fact_plan import as_seconds, facts_as_of
 from ..longterm import (
     Fact,
     Profile,
@@ -59,6 +61,10 @@ _SQL = {
     "facts_stamp": "SELECT md5(string_agg(length(key) || ':' || key || ':' || xmin::text, "
     "',' ORDER BY key)) FROM {ns}.facts WHERE user_id = %s",
     "history": "SELECT record FROM {ns}.fact_history WHERE user_id = %s AND key = %s ORDER BY n",
+    # One statement, one snapshot: the current facts and the history rows closed after t.
+    "facts_as_of": "SELECT false, record, key, 0 FROM {ns}.facts WHERE user_id = %s "
+    "UNION ALL SELECT true, record, key, n FROM {ns}.fact_history WHERE user_id = %s AND "
+    "valid_to > %s AND (valid_from IS NULL OR valid_from <= %s) ORDER BY 1, 3, 4",
     "profile": "SELECT record FROM {ns}.profiles WHERE user_id = %s",
     "usage": "SELECT prompt_tokens, completion_tokens, total_tokens, cost FROM "
     "{ns}.conversations WHERE user_key = %s AND conversation_id = %s",
@@ -175,10 +181,17 @@ class PostgresReads:
         rows = self._rows("fact", (check_user(user_id), check_fact_key(key)))
         return fact_from_list(msgpack.unpackb(rows[0][0])) if rows else None
 
-    def get_facts(self, user_id: str) -> list[Fact]:
-        """Every fact of the user, by key."""
-        rows = self._rows("facts", (check_user(user_id),))
-        return [fact_from_list(msgpack.unpackb(r[0])) for r in rows]
+    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+        """Every fact of the user true now, by key; ``as_of``: those true then."""
+        at = as_seconds(as_of, "as_of")
+        user_id = check_user(user_id)
+        if at is None:
+            rows = self._rows("facts", (user_id,))
+            return [fact_from_list(msgpack.unpackb(r[0])) for r in rows]
+        rows = self._rows("facts_as_of", (user_id, user_id, at, at))
+        current = [fact_from_list(msgpack.unpackb(r[1])) for r in rows if not r[0]]
+        history = [fact_from_list(msgpack.unpackb(r[1])) for r in rows if r[0]]
+        return facts_as_of(current, history, at)
 
     def facts_stamp(self, user_id: str) -> bytes | None:
         """The digest of the user's fact rows' keys and versions (``FactStamps``): a write

@@ -23,7 +23,9 @@ from psycopg import sql
 from .._base import StoreUnavailable
 from ._leases import lease_lock_prefix
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+"""2: the append function of group commits; 3: ``fact_history`` has the times of its
+facts as columns (``valid_from``, ``valid_to``; NULL for rows from before)."""
 _NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 _TABLES = """
@@ -280,6 +282,11 @@ DROP FUNCTION IF EXISTS {ns}.append(text, text, bytea[], boolean[], integer, int
     text, bigint, bigint, bigint, numeric, double precision, integer);
 """
 
+_MIGRATE_TO_3 = """
+ALTER TABLE {ns}.fact_history ADD COLUMN IF NOT EXISTS valid_from double precision,
+    ADD COLUMN IF NOT EXISTS valid_to double precision;
+"""
+
 TABLES = (
     "conversations",
     "messages",
@@ -325,8 +332,10 @@ def ensure_schema(conn: Any, namespace: str) -> None:
         conn.execute(sql.SQL(_FENCE).format(ns=ns, lock_prefix=prefix))
         conn.execute(sql.SQL(_FENCED_GROUP).format(ns=ns, code=sql.Literal(FENCES_LOST)))
         if version != SCHEMA_VERSION:
-            # A new schema and a version-1 one take the same step.
-            conn.execute(sql.SQL(_MIGRATE_TO_2).format(ns=ns))
+            # A new schema takes every step; an older one the steps after its version.
+            if version is None or version < 2:
+                conn.execute(sql.SQL(_MIGRATE_TO_2).format(ns=ns))
+            conn.execute(sql.SQL(_MIGRATE_TO_3).format(ns=ns))
             conn.execute(sql.SQL("DELETE FROM {ns}.schema_version").format(ns=ns))
             conn.execute(
                 sql.SQL("INSERT INTO {ns}.schema_version VALUES (%s)").format(ns=ns),

@@ -10,7 +10,7 @@ and the counters change in the same transaction as the messages.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -20,6 +20,7 @@ from psycopg import sql
 from ...messages import Conv, FrozenDict, is_pinned, is_summary
 from .._base import KEYS_KEPT
 from .._client import CheckedAdd
+from .._fact_plan import end, plan_facts, start
 from .._write_rules import cleared
 from ..longterm import (
     Fact,
@@ -28,7 +29,6 @@ from ..longterm import (
     batch_usage,
     fact_as_list,
     fact_from_list,
-    plan_facts,
 )
 from ._leases import Fence
 from ._schema import FENCES_LOST, user_key
@@ -62,7 +62,8 @@ _SQL = {
     "put_fact": "INSERT INTO {ns}.facts VALUES (%s, %s, %s) ON CONFLICT (user_id, key) "
     "DO UPDATE SET record = excluded.record",
     "delete_fact": "DELETE FROM {ns}.facts WHERE user_id = %s AND key = %s",
-    "history": "INSERT INTO {ns}.fact_history (user_id, key, record) VALUES (%s, %s, %s)",
+    "history": "INSERT INTO {ns}.fact_history (user_id, key, record, valid_from, valid_to) "
+    "VALUES (%s, %s, %s, %s, %s)",
     "set_cursor": "UPDATE {ns}.conversations SET cursor_pos = %s, job_upto = CASE WHEN "
     "job_upto <= %s THEN NULL ELSE job_upto END WHERE user_key = %s AND conversation_id = %s",
     "put_profile": "INSERT INTO {ns}.profiles VALUES (%s, %s) ON CONFLICT (user_id) "
@@ -198,14 +199,17 @@ class Writes:
         cursor: tuple[Conv, int] | None,
         max_facts: int,
         evict: bool,
+        closes: Mapping[str, float],
     ) -> tuple[list[Fact], list[str]]:
         """One user's facts, their history and a cursor, in the caller's transaction."""
         cur.execute(self.q["lock_user"], (f"otpmem.facts.{user_id}",))
         cur.execute(self.q["facts_of"], (user_id,))
         current = {f.key: f for f in (fact_from_list(msgpack.unpackb(r[0])) for r in cur)}
-        plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict)
+        plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict, closes)
         for old in plan.superseded:
-            cur.execute(self.q["history"], (user_id, old.key, msgpack.packb(fact_as_list(old))))
+            # The times as columns too: an as_of read selects the closed rows in SQL.
+            record = msgpack.packb(fact_as_list(old))
+            cur.execute(self.q["history"], (user_id, old.key, record, start(old), end(old)))
         for key in plan.removed:
             cur.execute(self.q["delete_fact"], (user_id, key))
         for fact in plan.put.values():
