@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -180,3 +181,127 @@ class LongTermConformance:
         store.add(ANN, [{"role": "user", "content": "y"}])
         store.request_extraction(ANN, 1)
         assert store.pending_extractions() == [(ANN, 1)]
+
+
+T0 = 1_700_000_000.0  # a fixed past, so every time in these tests is exact
+DAY = 86_400.0
+
+
+class FactsInTimeConformance:
+    """Facts that know when they were true (``valid_from``, ``valid_to``, ``as_of``):
+    subclass with a ``store`` fixture, as ``LongTermConformance``."""
+
+    def test_a_correction_closes_the_old_value_and_as_of_answers_the_past(self, store: Any) -> None:
+        lyon = store.save_fact(Fact("ann", "city", "Lyon", valid_from=T0))
+        paris = store.save_fact(Fact("ann", "city", "Paris", valid_from=T0 + 10 * DAY))
+        assert (lyon.valid_from, lyon.valid_to, paris.valid_to) == (T0, None, None)
+        assert store.get_facts("ann") == [paris], "without as_of: what is true now"
+        assert [f.value for f in store.get_facts("ann", as_of=T0 + DAY)] == ["Lyon"]
+        assert store.get_facts("ann", as_of=T0 + DAY)[0].valid_to == T0 + 10 * DAY
+        assert [f.value for f in store.get_facts("ann", as_of=T0 + 10 * DAY)] == ["Paris"]
+        assert store.get_facts("ann", as_of=T0 - 1) == [], "nothing was known yet"
+        assert store.fact_history("ann", "city") == [replace(lyon, valid_to=T0 + 10 * DAY)]
+
+    def test_datetimes_and_posix_seconds_name_the_same_time(self, store: Any) -> None:
+        when = datetime.fromtimestamp(T0, tz=timezone(timedelta(hours=2)))
+        saved = store.save_fact(Fact("ann", "job", "nurse", valid_from=when))
+        assert saved.valid_from == T0 and isinstance(saved.valid_from, float)
+        assert store.get_facts("ann", as_of=when) == [saved]
+        assert store.get_facts("ann", as_of=datetime.fromtimestamp(T0 - 1, tz=UTC)) == []
+
+    def test_a_save_without_times_is_true_from_the_save(self, store: Any) -> None:
+        before = time.time()
+        saved = store.save_fact(Fact("ann", "pet", "cat"))
+        assert before <= saved.valid_from <= time.time() and saved.valid_to is None
+        assert store.get_facts("ann", as_of=time.time()) == [saved]
+        assert store.get_facts("ann", as_of=before - 60) == []
+
+    def test_close_fact_ends_it_without_a_successor(self, store: Any) -> None:
+        store.save_fact(Fact("ann", "job", "nurse", valid_from=T0))
+        assert store.close_fact("ann", "job", valid_to=T0 + DAY) is True
+        assert store.close_fact("ann", "job", valid_to=T0 + DAY) is False, "nothing open"
+        assert store.close_fact("ann", "never", valid_to=T0) is False
+        assert store.get_fact("ann", "job") is None and store.get_facts("ann") == []
+        [then] = store.get_facts("ann", as_of=T0 + 1)
+        assert (then.value, then.valid_from, then.valid_to) == ("nurse", T0, T0 + DAY)
+        assert store.get_facts("ann", as_of=T0 + DAY) == []
+        again = store.save_fact(Fact("ann", "job", "doctor", valid_from=T0 + 2 * DAY))
+        assert again.version == 1 and store.get_facts("ann") == [again]
+
+    def test_closing_now_and_saving_an_ended_fact(self, store: Any) -> None:
+        store.save_fact(Fact("ann", "mood", "glad", valid_from=T0))
+        before = time.time()
+        assert store.close_fact("ann", "mood") is True
+        [closed] = store.fact_history("ann", "mood")
+        assert before <= closed.valid_to <= time.time()
+        ended = store.save_fact(Fact("ann", "school", "Lycee", valid_from=T0, valid_to=T0 + DAY))
+        assert ended.valid_to == T0 + DAY
+        assert store.get_fact("ann", "school") is None, "an ended fact is not current"
+        assert [f.key for f in store.get_facts("ann", as_of=T0 + 1)] == ["mood", "school"]
+        assert store.get_facts("ann", as_of=T0 + 1)[1] == ended
+
+    def test_a_delete_erases_what_closing_keeps(self, store: Any) -> None:
+        store.save_fact(Fact("ann", "city", "Lyon", valid_from=T0))
+        store.save_fact(Fact("ann", "city", "Paris", valid_from=T0 + DAY))
+        assert store.delete_fact("ann", "city") is True
+        assert store.get_facts("ann") == []
+        assert [f.value for f in store.get_facts("ann", as_of=T0 + 1)] == ["Lyon"]
+        assert store.get_facts("ann", as_of=T0 + 2 * DAY) == [], "the deleted value never was"
+
+    def test_bad_times_are_refused_naming_the_field_and_store_nothing(self, store: Any) -> None:
+        naive = datetime(2024, 3, 12, 9, 30)
+        cases: list[tuple[Any, str]] = [
+            (Fact("ann", "k", "v", valid_from=naive), "valid_from"),
+            (Fact("ann", "k", "v", valid_to=naive), "valid_to"),
+            (Fact("ann", "k", "v", valid_from="2024-03-12"), "valid_from"),  # type: ignore[arg-type]
+            (Fact("ann", "k", "v", valid_from=float("nan")), "valid_from"),
+            (Fact("ann", "k", "v", valid_from=True), "valid_from"),
+            (Fact("ann", "k", "v", valid_from=T0, valid_to=T0 - 1), "valid_to"),
+        ]
+        for fact, field_name in cases:
+            with pytest.raises(ValueError, match=field_name):
+                store.save_fact(fact)
+        assert store.get_facts("ann") == [] and store.fact_history("ann", "k") == []
+        store.save_fact(Fact("ann", "city", "Paris", valid_from=T0))
+        with pytest.raises(ValueError, match="valid_from"):
+            store.save_fact(Fact("ann", "city", "Lyon", valid_from=T0 - DAY))
+        with pytest.raises(ValueError, match="valid_to"):
+            store.close_fact("ann", "city", valid_to=T0 - 1)
+        with pytest.raises(ValueError, match="valid_to"):
+            store.close_fact("ann", "city", valid_to=naive)
+        with pytest.raises(ValueError, match="as_of"):
+            store.get_facts("ann", as_of=naive)
+        with pytest.raises(ValueError, match="as_of"):
+            store.get_facts("ann", as_of="yesterday")
+        [kept] = store.get_facts("ann")
+        assert (kept.value, kept.version, store.fact_history("ann", "city")) == ("Paris", 1, [])
+
+    def test_as_of_never_answers_another_users_facts(self, store: Any) -> None:
+        store.save_fact(Fact("ann", "city", "Lyon", valid_from=T0))
+        store.save_fact(Fact("ann", "city", "Paris", valid_from=T0 + DAY))
+        store.save_fact(Fact("bob", "pet", "dog", valid_from=T0))
+        assert [(f.user_id, f.value) for f in store.get_facts("bob", as_of=T0 + 1)] == [
+            ("bob", "dog")
+        ]
+        assert {f.user_id for f in store.get_facts("ann", as_of=T0 + 1)} == {"ann"}
+        assert store.get_facts("carl", as_of=T0 + 1) == []
+
+    def test_a_retried_save_applies_once(self, store: Any) -> None:
+        fact = Fact("ann", "city", "Lyon", valid_from=T0)
+        first = store.save_fact(fact)
+        assert store.save_fact(fact) == first, "the same value again is not a correction"
+        assert store.fact_history("ann", "city") == []
+        assert store.get_facts("ann", as_of=T0 + 1) == [first]
+
+    def test_save_facts_closes_and_corrects_in_one_write(self, store: Any) -> None:
+        store.save_facts("ann", [Fact("ann", "a", "1", valid_from=T0), Fact("ann", "b", "2")])
+        saved = store.save_facts(
+            "ann", [Fact("ann", "a", "1b", valid_from=T0 + DAY)], closes={"b": time.time()}
+        )
+        assert [f.value for f in saved] == ["1b"]
+        assert [f.value for f in store.get_facts("ann")] == ["1b"]
+        with pytest.raises(ValueError, match="valid_to"):
+            store.save_facts("ann", [], closes={"a": None})
+        with pytest.raises(ValueError, match="valid_to"):
+            store.save_facts("ann", [Fact("ann", "c", "3")], closes={"a": T0})
+        assert store.get_fact("ann", "c") is None, "a refused write saves nothing"

@@ -16,7 +16,8 @@ fixture that yields a fresh, empty store and stops it afterwards::
 Stores that also offer ``export``/``import_``/``search`` are checked on those too. The
 suite covers the pinned index (``pinned``, ``window``) and idempotency keys (``add(...,
 idempotency_key=, follows=)``, ``key_position``) as well. A store that also keeps long-term
-records proves them with ``LongTermConformance`` (facts, profiles, usage, cursors), and one
+records proves them with ``LongTermConformance`` (facts, profiles, usage, cursors) and
+``FactsInTimeConformance`` (``valid_from``/``valid_to``, ``as_of``), and one
 that holds budgets for calls in flight with ``ReservationConformance`` (reserve, release,
 abandon), the same way. It needs pytest.
 """
@@ -33,11 +34,16 @@ import pytest
 from ..messages import Conv, InvalidMessage
 from ._conformance import IdempotencyConformance, PinnedIndexConformance
 from ._conformance_holds import ReservationConformance
-from ._conformance_longterm import LongTermConformance
+from ._conformance_longterm import FactsInTimeConformance, LongTermConformance
 
 WAIT = 10.0
 
-__all__ = ["ChatMemoryConformance", "LongTermConformance", "ReservationConformance"]
+__all__ = [
+    "ChatMemoryConformance",
+    "FactsInTimeConformance",
+    "LongTermConformance",
+    "ReservationConformance",
+]
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from ...actors import blocking
@@ -28,6 +29,7 @@ from ...messages import Conv, ConvLike, as_conv, short_repr
 from ...stores import MAX_FACTS_PER_USER, ChatMemory, Fact, FactLimitReached, LongTermStore, Profile
 from ..tokens import DEFAULT_COUNTER, TokenCounter
 from ._report import Claims, ExtractionReport, merged
+from ._times import valid_from
 from .extractors import ExtractionFailed, FactExtractor
 from .inject import question_of, render
 from .profile import update_profile
@@ -226,10 +228,13 @@ class LongTermMemory:
             return report
         facts: list[Fact] = []
         deletes: list[str] = []
+        by_key = {f.key: f for f in known}
         for decision in decisions:
             if decision.action in ("ADD", "UPDATE") and decision.value is not None:
                 at = end - 1 if decision.index is None else cursor + decision.index
-                facts.append(Fact(user, decision.key, decision.value, source=(conv, at)))
+                began = valid_from(new, at - cursor, by_key.get(decision.key))
+                fact = Fact(user, decision.key, decision.value, source=(conv, at), valid_from=began)
+                facts.append(fact)
             elif decision.action == "DELETE":
                 deletes.append(decision.key)
             elif decision.action == "SKIP":
@@ -290,6 +295,11 @@ class LongTermMemory:
         return fn(*args)
 
     # -- injection -------------------------------------------------------------------------
+
+    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+        """The user's facts true now, by key; ``as_of``: those true then."""
+        facts: list[Fact] = self.store.get_facts(user_id, as_of=as_of)
+        return facts
 
     def get_relevant(
         self, query: str, *, user_id: str, limit: int = 5, min_score: float = 0.0
