@@ -22,6 +22,11 @@ up to 2x between periods, perf_anchors.md): compare the paired ratios, never one
    interleaved per repeat, and the ratio of the p50s per repeat. Beside them: a question
    right after a write to the user (the facts read again, one fact tokenized again, the
    index rebuilt), and what the cache holds per fact (tracemalloc).
+4. ``get_facts(user, as_of=t)`` for a user with 200 facts corrected 4 times each (200
+   current values, 800 closed ones) among 1,000,000 facts (20,000 with --quick), on a
+   MemoryStore and a LevelDBStore (sync=False), against the read of what is true now
+   (``get_facts(user)``) of the same store: p50 and p99 of single calls, interleaved per
+   repeat, and the ratio of the p50s per repeat.
 """
 
 from __future__ import annotations
@@ -309,9 +314,81 @@ def bench_relevant(quick: bool) -> list[str]:
     return lines
 
 
+AS_OF_KEYS, AS_OF_VERSIONS = 200, 5
+
+
+def seed_timeline(store: Any, total: int) -> float:
+    """Other users' facts up to ``total`` facts, and "bench" with AS_OF_KEYS keys of
+    AS_OF_VERSIONS values a day apart; the time halfway through the bench user's days."""
+    t0, day = 1_700_000_000.0, 86_400.0
+    bench_records = AS_OF_KEYS * AS_OF_VERSIONS
+    for u in range(max(0, total - bench_records) // OTHER_FACTS):
+        user_id = f"user-{u:07d}"
+        store.save_facts(user_id, [Fact(user_id, f"k{k}", "v") for k in range(OTHER_FACTS)])
+    for version in range(AS_OF_VERSIONS):
+        facts = [
+            Fact("bench", f"topic_{k}", f"value {version}", valid_from=t0 + version * day)
+            for k in range(AS_OF_KEYS)
+        ]
+        store.save_facts("bench", facts, max_facts=AS_OF_KEYS)
+    return t0 + (AS_OF_VERSIONS // 2) * day + 1
+
+
+def bench_as_of_on(kind: str, store: Any, quick: bool) -> str:
+    """get_facts(as_of=) against the read of what is true now, one user among many."""
+    total, n, repeats = (20_000, 100, 3) if quick else (1_000_000, 300, 7)
+    t0 = time.perf_counter()
+    at = seed_timeline(store, total)
+    seeded = time.perf_counter() - t0
+    assert {f.value for f in store.get_facts("bench", as_of=at)} == {"value 2"}
+    contenders: dict[str, Callable[[int], Any]] = {
+        "as_of": lambda i: store.get_facts("bench", as_of=at),
+        "now": lambda i: store.get_facts("bench"),
+    }
+    calls: dict[str, list[float]] = {name: [] for name in contenders}
+    ratios, counter = [], 0
+    for r in range(repeats):
+        medians = {}
+        for name in rotated(list(contenders), r):
+            times = single_calls(contenders[name], n, counter)
+            counter += n
+            calls[name].extend(times)
+            medians[name] = statistics.median(times)
+        ratios.append(medians["as_of"] / medians["now"])
+    return (
+        f"{kind}: get_facts(as_of=), a user with {AS_OF_KEYS} facts of {AS_OF_VERSIONS} "
+        f"values each among {total:,} facts (seeded in {seeded:.0f} s): "
+        f"{p50_us(calls['as_of'])} vs what is true now (get_facts) {p50_us(calls['now'])}: "
+        f"as_of/now p50 = {ratio_summary(ratios)} (per repeat, {repeats} repeats of {n} "
+        "calls each, rotated)"
+    )
+
+
+def bench_as_of(quick: bool) -> list[str]:
+    """get_facts(as_of=) on both stores (LevelDB with sync=False: only reads are timed)."""
+    lines = []
+    memory = MemoryStore.start_link()
+    try:
+        lines.append(bench_as_of_on("memory", memory, quick))
+    finally:
+        memory.stop()
+    with scratch("otpmem-bench-as-of-") as root:
+        disk = LevelDBStore.start_link(root / "db", sync=False)
+        try:
+            lines.append(bench_as_of_on("leveldb (sync=False)", disk, quick))
+        finally:
+            disk.stop()
+    return lines
+
+
 def main(quick: bool) -> list[str]:
     """Run every long-term benchmark."""
-    return [*bench_stores(quick), *bench_turns(quick), *bench_relevant(quick)]
+    return [
+        *bench_stores(quick),
+        *bench_turns(quick),
+        *bench_relevant(quick),
+        *bench_as_of(quick),
+    ]
 
 
 if __name__ == "__main__":
