@@ -45,8 +45,10 @@ from .._client import parse_request
 from .._holds import Ledger
 from .._longterm_client import LONGTERM_KINDS
 from .._write_rules import CALLER_ERRORS, NO_KEYS, admits
+from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
+from . import _blocks
 from . import _longterm as lt
 from ._handle import WRITES_HERE, MemoryStoreHandle
 from ._snapshot import Snapshot, TableKey, table_key
@@ -206,6 +208,8 @@ class MemoryStore(GenServer):
     def _handle_call(self, message: Any) -> Any:
         if is_reservation(message):
             return self._hold(*parse_reservation(message, "MemoryStore"))
+        if is_block_edit(message):
+            return _blocks.edit(self.table, parse_block_edit(message))
         kind, arg = parse_request(message, "MemoryStore", REQUESTS)
         if kind in LONGTERM_KINDS:
             return self._longterm(kind, arg)

@@ -1,0 +1,165 @@
+"""Memory blocks: the edit rules and their errors on all three stores, a reopened LevelDB,
+racing writers on one team block, and agents editing blocks through tools."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otpmem.stores import LevelDBStore, MemoryStore
+from otpmem.stores.blocks import (
+    DEFAULT_BLOCK_LIMIT,
+    EDIT_KEYS_KEPT,
+    Block,
+    BlockLimitExceeded,
+    BlockNotFound,
+    BlockStore,
+    BlockTextNotFound,
+)
+
+WAIT = 30.0
+TEAM = "team:alpha"
+
+
+@pytest.fixture(params=["memory", "leveldb", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each of the three stores, stopped at the end."""
+    if request.param == "memory":
+        handle: Any = MemoryStore.start_link()
+    elif request.param == "leveldb":
+        handle = LevelDBStore.start_link(str(tmp_path / "db"))
+    else:
+        from otpmem.stores.postgres import PostgresStore
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        handle = PostgresStore.start_link(dsn, namespace=request.getfixturevalue("pg_namespace"))
+    yield handle
+    handle.stop()
+
+
+def test_the_documented_example(store: Any) -> None:
+    assert isinstance(store, BlockStore)
+    store.set_block(TEAM, "notes", "", limit=2000)
+    store.append_block(TEAM, "notes", "ann: owns the parser", key="t1:call_1")
+    store.replace_block(TEAM, "notes", "the parser", "the lexer", key="t2:call_1")
+    block = store.get_block(TEAM, "notes")
+    assert block is not None
+    assert (block.value, block.limit, block.version) == ("ann: owns the lexer", 2000, 3)
+    assert store.blocks(TEAM) == [block]
+    assert store.conversations() == []  # a block is no conversation
+
+
+def test_append_creates_and_adds_lines_and_a_keyed_edit_applies_once(store: Any) -> None:
+    first = store.append_block("ann", "persona", "I am terse.", key="k1")
+    assert (first.value, first.limit, first.version) == ("I am terse.", DEFAULT_BLOCK_LIMIT, 1)
+    again = store.append_block("ann", "persona", "I am terse.", key="k1")
+    assert again == first
+    store.append_block("ann", "persona", "I like tea.", key="k2")
+    assert store.get_block("ann", "persona").value == "I am terse.\nI like tea."
+    store.set_block("ann", "task", "ship it")
+    assert [b.label for b in store.blocks("ann")] == ["persona", "task"]
+    assert store.blocks("bob") == [] and store.get_block("ann", "nope") is None
+
+
+def test_refused_edits_name_why_and_leave_the_block_untouched(store: Any) -> None:
+    store.set_block(TEAM, "notes", "a b a", limit=10)
+    before = store.get_block(TEAM, "notes")
+    with pytest.raises(BlockTextNotFound, match="is not in it"):
+        store.replace_block(TEAM, "notes", "zzz", "y")
+    with pytest.raises(BlockTextNotFound, match="occurs 2 times"):
+        store.replace_block(TEAM, "notes", "a", "y")
+    with pytest.raises(BlockLimitExceeded, match="limit of 10"):
+        store.append_block(TEAM, "notes", "0123456789", key="big")
+    with pytest.raises(BlockLimitExceeded):
+        store.replace_block(TEAM, "notes", "b", "bbbbbbbbbbbb")
+    with pytest.raises(BlockNotFound):
+        store.replace_block(TEAM, "missing", "a", "b")
+    assert store.get_block(TEAM, "notes") == before
+    assert store.get_block(TEAM, "missing") is None
+    # A refused keyed edit was not applied, so its key is free for a retry that fits.
+    store.set_block(TEAM, "notes", "", limit=20)
+    assert store.append_block(TEAM, "notes", "0123456789", key="big").value == "0123456789"
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("", "notes", "x"), "owner"),
+        ((7, "notes", "x"), "owner"),
+        ((TEAM, "a/b", "x"), "label"),
+        ((TEAM, "", "x"), "label"),
+        ((TEAM, "notes", 3), "text"),
+    ],
+)
+def test_bad_arguments_are_value_errors(store: Any, args: tuple[Any, ...], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        store.append_block(*args)
+    with pytest.raises(ValueError, match="limit"):
+        store.set_block(TEAM, "notes", "x", limit=0)
+    with pytest.raises(ValueError, match="old text"):
+        store.replace_block(TEAM, "notes", "", "x")
+    with pytest.raises(ValueError, match="edit key"):
+        store.append_block(TEAM, "notes", "x", key="")
+    # The server's own door refuses a raw call the same way, and stays up.
+    with pytest.raises(ValueError):
+        store.call(("block_edit", "append", TEAM, "notes"), WAIT)
+    assert store.blocks(TEAM) == []
+
+
+def test_a_block_remembers_its_newest_keys(store: Any) -> None:
+    store.set_block(TEAM, "log", "", limit=50_000)
+    for n in range(EDIT_KEYS_KEPT + 1):
+        store.append_block(TEAM, "log", f"{n}", key=f"k{n}")
+    lines = store.get_block(TEAM, "log").value.split("\n")
+    assert len(lines) == EDIT_KEYS_KEPT + 1
+    store.append_block(TEAM, "log", "again", key=f"k{EDIT_KEYS_KEPT}")  # kept: not applied
+    assert store.get_block(TEAM, "log").value.split("\n") == lines
+
+
+def test_racing_threads_lose_no_append_and_apply_each_once(store: Any) -> None:
+    """Four threads append to one team block, each edit sent twice (a retry): every edit
+    is in the block exactly once."""
+    store.set_block(TEAM, "notes", "", limit=50_000)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def writer(w: int) -> None:
+        try:
+            start.wait(WAIT)
+            for n in range(25):
+                for _ in range(2):
+                    store.append_block(TEAM, "notes", f"w{w}-{n}", key=f"w{w}:{n}", timeout=WAIT)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    block = store.get_block(TEAM, "notes")
+    lines = block.value.split("\n")
+    assert sorted(lines) == sorted(f"w{w}-{n}" for w in range(4) for n in range(25))
+    assert block.version == 1 + 100
+
+
+def test_leveldb_blocks_outlive_a_reopen(tmp_path: Path) -> None:
+    path = str(tmp_path / "db")
+    store = LevelDBStore.start_link(path)
+    store.append_block(TEAM, "notes", "one", key="k1")
+    store.set_block("ann", "persona", "terse", limit=100)
+    store.stop()
+    store = LevelDBStore.start_link(path)
+    try:
+        assert store.get_block(TEAM, "notes") == Block(
+            TEAM, "notes", "one", DEFAULT_BLOCK_LIMIT, 1, store.get_block(TEAM, "notes").updated_at
+        )
+        assert store.append_block(TEAM, "notes", "one", key="k1").value == "one"  # still known
+        assert [b.value for b in store.blocks("ann")] == ["terse"]
+    finally:
+        store.stop()
