@@ -3,6 +3,7 @@ racing writers on one team block, and agents editing blocks through tools."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from otpmem.agents import Agent, TurnFailed
+from otpmem.llm import ScriptedModel, tool_call
+from otpmem.memory import DefaultProvider
 from otpmem.stores import LevelDBStore, MemoryStore
 from otpmem.stores.blocks import (
     DEFAULT_BLOCK_LIMIT,
@@ -161,5 +165,122 @@ def test_leveldb_blocks_outlive_a_reopen(tmp_path: Path) -> None:
         )
         assert store.append_block(TEAM, "notes", "one", key="k1").value == "one"  # still known
         assert [b.value for b in store.blocks("ann")] == ["terse"]
+    finally:
+        store.stop()
+
+
+# -- agents editing blocks through tools -------------------------------------------------------
+
+
+class FailsOnce(DefaultProvider):
+    """Refuses the first batch of tool results it is asked to store: a turn that dies after
+    its tool ran, before the result was stored."""
+
+    failed = False
+
+    def append(self, conv: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.failed and any(m.get("role") == "tool" for m in messages):
+            self.failed = True
+            raise RuntimeError("the store went away")
+        return super().append(conv, messages, *args, **kwargs)
+
+
+def append_call(call_id: str, block: str, text: str) -> dict[str, Any]:
+    """A scripted reply that asks for one append."""
+    args = json.dumps({"block": block, "text": text})
+    return {"tool_calls": [tool_call(call_id, "core_memory_append", args)]}
+
+
+def test_a_retried_turn_applies_its_edit_once(store: Any) -> None:
+    model = ScriptedModel([append_call("c1", "team:alpha/notes", "ann: parser"), "noted"])
+    provider = FailsOnce(store)
+    agent = Agent.start_link(
+        model, memory=provider, user_id="ann", conversation_id="c", blocks=("team:alpha/notes",)
+    )
+    try:
+        with pytest.raises(TurnFailed, match="went away"):
+            agent.run("note it", turn_id="t1")
+        assert store.get_block(TEAM, "notes").value == "ann: parser"  # the tool ran
+        result = agent.run("note it", turn_id="t1")  # the retry runs the call again
+        assert result.content == "noted"
+        tool_results = [m for m in result.messages if m.get("role") == "tool"]
+        assert "appended" in tool_results[-1]["content"]
+        block = store.get_block(TEAM, "notes")
+        assert (block.value, block.version) == ("ann: parser", 1)
+    finally:
+        agent.stop()
+
+
+def test_an_edit_shows_to_the_other_agents_on_their_next_turn(store: Any) -> None:
+    """Ann's agent edits the team block and her own persona; Bob's next call is sent the
+    team block as she left it (after his system prompt, never stored), not her persona."""
+    ann_model = ScriptedModel(
+        [
+            append_call("c1", "team:alpha/notes", "ann: owns the lexer"),
+            append_call("c2", "persona", "Ann likes short answers."),
+            "done",
+        ]
+    )
+    bob_model = ScriptedModel(["hi", "ok"], record=True)
+    blocks = ("persona", "team:alpha/notes")
+    ann = Agent.start_link(ann_model, memory={"store": store}, user_id="ann", blocks=blocks)
+    bob = Agent.start_link(
+        bob_model, memory={"store": store}, user_id="bob", blocks=blocks, system_prompt="sys"
+    )
+    try:
+        bob.run("hello")
+        assert "ann: owns the lexer" not in json.dumps(list(bob_model.calls))
+        ann.run("take the lexer")
+        assert store.get_block("ann", "persona").value == "Ann likes short answers."
+        bob.run("who owns the lexer?")
+        sent = bob_model.calls[-1][0]
+        assert sent[0] == {"role": "system", "content": "sys"}
+        assert "ann: owns the lexer" in sent[2]["content"]  # after bob's own persona
+        assert 'name="team:alpha/notes"' in sent[2]["content"]
+        assert "short answers" not in json.dumps(sent)  # ann's persona is hers
+        assert all(m["role"] != "system" for m in bob.messages())  # never stored
+    finally:
+        ann.stop()
+        bob.stop()
+
+
+def test_tools_refuse_clearly_and_the_model_sees_why(store: Any) -> None:
+    replace = json.dumps({"block": "team:alpha/notes", "old": "nobody", "new": "x"})
+    unknown = json.dumps({"block": "secrets", "text": "x"})
+    model = ScriptedModel(
+        [
+            {"tool_calls": [tool_call("c1", "core_memory_replace", replace)]},
+            {"tool_calls": [tool_call("c2", "core_memory_append", unknown)]},
+            {"tool_calls": [tool_call("c3", "memory_search", json.dumps({"query": "LEXER"}))]},
+            "done",
+        ]
+    )
+    store.set_block(TEAM, "notes", "ann: owns the lexer")
+    agent = Agent.start_link(
+        model, memory={"store": store}, user_id="ann", blocks=("team:alpha/notes",)
+    )
+    try:
+        results = [m["content"] for m in agent.run("go").messages if m["role"] == "tool"]
+        assert "BlockTextNotFound" in results[0] and "is not in it" in results[0]
+        assert "no memory block named 'secrets'" in results[1]
+        assert json.loads(results[2]) == ["team:alpha/notes: ann: owns the lexer"]
+        assert store.get_block(TEAM, "notes").version == 1
+    finally:
+        agent.stop()
+
+
+def test_the_blocks_option_is_checked_at_start() -> None:
+    model = ScriptedModel(["hi"])
+    store = MemoryStore.start_link()
+    memory = {"store": store}
+    try:
+        with pytest.raises(ValueError, match="give the agent a user_id"):
+            Agent.start_link(model, memory=memory, blocks=("persona",))
+        with pytest.raises(TypeError, match="tuple of block names"):
+            Agent.start_link(model, memory=memory, user_id="ann", blocks="persona")
+        with pytest.raises(ValueError, match="label"):
+            Agent.start_link(model, memory=memory, user_id="ann", blocks=("team:a/",))
+        with pytest.raises(ValueError, match="keeps blocks"):
+            Agent.start_link(model, memory=None, user_id="ann", blocks=("persona",))
     finally:
         store.stop()
