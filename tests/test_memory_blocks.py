@@ -114,6 +114,18 @@ def test_bad_arguments_are_value_errors(store: Any, args: tuple[Any, ...], match
     assert store.blocks(TEAM) == []
 
 
+def test_forget_user_deletes_the_users_own_blocks_and_no_one_elses(store: Any) -> None:
+    store.set_block("ann", "persona", "Ann likes tea", limit=100)
+    store.set_block("anna", "persona", "Anna likes coffee", limit=100)  # a near-duplicate id
+    store.set_block("team:ann", "notes", "the team's", limit=100)
+    store.forget_user("ann")
+    assert store.blocks("ann") == [] and store.get_block("ann", "persona") is None
+    assert [b.value for b in store.blocks("anna")] == ["Anna likes coffee"]
+    assert [b.value for b in store.blocks("team:ann")] == ["the team's"]
+    store.append_block("ann", "persona", "a new start", key="k1")  # the owner starts afresh
+    assert store.get_block("ann", "persona").value == "a new start"
+
+
 def test_a_block_remembers_its_newest_keys(store: Any) -> None:
     store.set_block(TEAM, "log", "", limit=50_000)
     for n in range(EDIT_KEYS_KEPT + 1):

@@ -233,7 +233,7 @@ class LevelDBStore(Appending, GenServer):
             with self._adds_paused():
                 return self._delete_range(prefixes, [arg], [lt.cleared_op(arg)])
         if kind == "forget_user":
-            kinds = (*keys.CONVERSATION_KINDS, keys.META)
+            kinds = (*keys.CONVERSATION_KINDS, keys.META, _blocks.BLOCK)  # its own blocks too
             prefixes = [keys.user_prefix(k, arg) for k in kinds]
             with self._adds_paused():
                 # Listed once adds are paused: a conversation a thread begins until then

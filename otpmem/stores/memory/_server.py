@@ -227,7 +227,8 @@ class MemoryStore(GenServer):
             convs = [] if index is None else index[0][: index[1]]
             records = lt.user_records(arg, convs)
             # One step: the index, the conversations and the records go together.
-            self.table.update(lt.forget_puts(rows, arg), [UserKey(arg), *convs, *records])
+            gone = [UserKey(arg), *convs, *records, _blocks.key(arg)]  # the user's own blocks
+            self.table.update(lt.forget_puts(rows, arg), gone)
         else:  # "adopted", the only other request parse_request lets through
             return self.adopted
         return None
