@@ -45,7 +45,7 @@ demo: $(STAMP)
 # and the fault-injection suite under pytest.
 EXAMPLES := supervision_demo store_recovery_demo memory_policy_demo agents_demo \
             multi_agent_simulation recall_demo shared_postgres long_term_memory_demo \
-            fastapi_app
+            fastapi_app team_blocks_demo
 examples: $(STAMP)
 	@set -e; root=$$(pwd); dir=$$(mktemp -d -t otpmem-examples-XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
 	cd "$$dir"; \

@@ -37,6 +37,7 @@ MODULES: list[str] = [
     "recall",
     "postgres",
     "longterm",
+    "blocks",
     "nodes",
     "soak",
 ]

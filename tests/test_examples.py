@@ -65,6 +65,10 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
             [r"lost: 0, orphaned tool results: 0", r"OK: every acknowledged message was read back"],
         ),
         (
+            "team_blocks_demo.py",
+            [r"OK: every acknowledged edit is in the block exactly once"],
+        ),
+        (
             "shared_postgres.py",
             [r"2 programs, 2 conversations, 120 turns: 0 split, 0 lost, 0 twice"],
         ),

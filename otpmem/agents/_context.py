@@ -18,12 +18,14 @@ from ..guardrails import Guardrails, Held, Policy, Request, UsageReader, check_p
 from ..guardrails import check_store as check_usage_store
 from ..memory import BasicMemoryProvider, LongTermMemory, StoreProvider
 from ..messages import Conv, short_repr
+from ._blocks import AgentBlocks
 
 
 class TurnContext:
     """Builds the messages of one model call (see the module docstring)."""
 
     __slots__ = (
+        "blocks",
         "conv",
         "guard",
         "held",
@@ -43,7 +45,9 @@ class TurnContext:
         ltm: LongTermMemory | None,
         policies: Sequence[Policy],
         store: UsageReader | None,
+        blocks: AgentBlocks | None = None,
     ) -> None:
+        self.blocks = blocks
         self.provider = provider
         self.conv = conv
         self.system_prompt = system_prompt
@@ -65,6 +69,8 @@ class TurnContext:
         if self.inject:
             assert self.ltm is not None
             to_send = self.ltm.inject(to_send, self.conv.user_id)
+        if self.blocks is not None:  # read for every call: another agent's edit shows
+            to_send = [*self.blocks.messages(), *to_send]
         if not self.policies:
             return to_send, self.system_prompt
         assert self.guard is not None
@@ -95,6 +101,7 @@ def turn_context(
     system_prompt: str | None,
     long_term_memory: object,
     guardrails: Iterable[object],
+    blocks: AgentBlocks | None = None,
 ) -> TurnContext:
     """The start arguments ``long_term_memory`` and ``guardrails`` checked against the
     agent's memory and user; a clear error now, not at the first turn. Both need the
@@ -133,4 +140,4 @@ def turn_context(
                 'store (memory="default", {"store": store}, or a StoreProvider over a store)'
             )
         usage = check_usage_store(store)
-    return TurnContext(provider, conv, system_prompt, ltm, policies, usage)
+    return TurnContext(provider, conv, system_prompt, ltm, policies, usage, blocks)

@@ -19,6 +19,7 @@ from ..llm import ChatModel, Pricing
 from ..memory import BasicMemoryProvider, MemoryProvider
 from ..messages import Conv, as_conv, check_user_id
 from ..protocols import conforms
+from ._blocks import agent_blocks, block_tools
 from ._config import Callbacks, as_callbacks, bound_conversation, resolve_memory
 from ._context import TurnContext, turn_context
 from ._handle import agent_name
@@ -44,7 +45,9 @@ class AgentOptions:
     registers under (None: ``agent_name(conversation)``, so the handle of a conversation's
     agent follows it across restarts). ``idle_timeout``: seconds without a call after
     which the agent stops (None: never); an agent the application knows is activated
-    again by its next call, with its history from the store.
+    again by its next call, with its history from the store. ``blocks``: memory blocks
+    (``"label"``: the user's, ``"owner/label"``: e.g. ``"team:alpha/notes"``) sent after the
+    system prompt in every call and edited by the model's tools (see ``_blocks``).
     """
 
     llm: ChatModel
@@ -65,6 +68,7 @@ class AgentOptions:
     pricing: Pricing | None = None
     name: str | None = None
     idle_timeout: float | None = None
+    blocks: Iterable[str] = ()
 
     def __post_init__(self) -> None:
         # A Memory is one conversation: the agent over it is that conversation's agent (its
@@ -124,10 +128,11 @@ def configure(options: AgentOptions) -> AgentConfig:
     provider = resolve_memory(options.memory)
     conv = conversation_of(options)
     prompt = _check_prompt(options.system_prompt)
+    blocks = agent_blocks(options.blocks, getattr(provider, "store", None), conv)
     kernel = Kernel(
         options.llm,
         options.filters,
-        options.tools,
+        [*options.tools, *block_tools(blocks, provider, options.long_term_memory)],
         options.max_tool_iterations,
         pricing=options.pricing,
     )
@@ -138,7 +143,9 @@ def configure(options: AgentOptions) -> AgentConfig:
         keyed=cast(MemoryProvider, provider) if keyed else None,
         conv=conv,
         system_prompt=prompt,
-        sending=turn_context(provider, conv, prompt, options.long_term_memory, options.guardrails),
+        sending=turn_context(
+            provider, conv, prompt, options.long_term_memory, options.guardrails, blocks
+        ),
         callbacks=as_callbacks(options.callbacks),
         on_busy=_check_busy(options.on_busy),
         busy_timeout=options.busy_timeout,

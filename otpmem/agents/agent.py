@@ -245,7 +245,7 @@ class Agent(GenServer[AgentHandle]):
             assert provider is not None  # earlier() found the turn in the provider's store
             history = provider.history(conv)  # the newest messages: the turn's own among them
             added = list(earlier)
-        context = Context(conversation_id=conv)
+        context = Context(conversation_id=conv, vars={"turn_id": turn_id})  # keys edits
         iterations = sum(1 for m in added if m.get("role") == "assistant")
         calls = sum(1 for m in added if m.get("role") == "tool") - len(healed)
         response: ChatResponse | None = None

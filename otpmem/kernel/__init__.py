@@ -9,7 +9,7 @@ from .filters import (
     system_prompt_filter,
 )
 from .guard import guardrails_filter
-from .kernel import Kernel, KernelError, MaxToolIterations
+from .kernel import Kernel, KernelError, MaxToolIterations, current_tool_request
 from .tools import Tool, encode_result, tool, tool_error, toolset
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "MaxToolIterations",
     "Tool",
     "ToolRequest",
+    "current_tool_request",
     "encode_result",
     "guardrails_filter",
     "memory_filter",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from ..actors import blocking
@@ -187,11 +188,24 @@ class Kernel:
         raise MaxToolIterations(self.max_tool_iterations, calls)
 
 
+_CALLING: ContextVar[ToolRequest | None] = ContextVar("otpmem.tool_request", default=None)
+
+
+def current_tool_request() -> ToolRequest | None:
+    """The tool call a tool that runs inline (``blocks=False``) is running for, else None:
+    its call id and the invocation's context (an agent's ``vars["turn_id"]``)."""
+    return _CALLING.get()
+
+
 def _run_tool(request: ToolRequest) -> str:
     tool = request.tool
     if tool.blocks:
         return blocking(tool.run, request.arguments)
-    return tool.run(request.arguments)
+    token = _CALLING.set(request)
+    try:
+        return tool.run(request.arguments)
+    finally:
+        _CALLING.reset(token)
 
 
 def _placed(filters: list[Filter]) -> list[Filter]:

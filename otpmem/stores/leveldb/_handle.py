@@ -14,11 +14,13 @@ import msgpack
 from ...actors import Handle, NoProcess, current
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from .._base import StoredWindow, check_key, check_last
+from .._blocks_client import BlocksClient
 from .._client import CheckedAdd, StoreClient
 from .._holds import ReservationClient
 from .._longterm_client import LongTermClient
 from . import _longterm as lt
 from . import keys
+from ._blocks import LevelDBBlockReads
 
 READY_TIMEOUT = 30.0
 
@@ -28,7 +30,15 @@ def _unpack(raw: bytes) -> dict[str, Any]:
     return message
 
 
-class LevelDBStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.LevelDBReads, Handle):
+class LevelDBStoreHandle(
+    StoreClient,
+    LongTermClient,
+    ReservationClient,
+    BlocksClient,
+    lt.LevelDBReads,
+    LevelDBBlockReads,
+    Handle,
+):
     """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
     LevelDBStore: writes are calls, reads are direct."""
 

@@ -37,10 +37,11 @@ from .._holds import ledger_for
 from .._longterm_client import LONGTERM_KINDS
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
+from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
+from . import _blocks, keys
 from . import _longterm as lt
-from . import keys
 from ._appends import Appending, KnownConversation, Staged
 from ._committer import Committer, Op
 from ._handle import READY_TIMEOUT, LevelDBStoreHandle
@@ -206,6 +207,8 @@ class LevelDBStore(Appending, GenServer):
                 return self.holds.release(arg)
             conv, hold_id, hold, limits, ttl = arg
             return self.holds.reserve(conv, hold_id, hold, limits, ttl, self._recorded)
+        if is_block_edit(message):
+            return _blocks.edit(self, parse_block_edit(message))
         kind, arg = parse_request(message, "LevelDBStore", REQUESTS)
         if kind in LONGTERM_KINDS:
             with self._adds_paused():
@@ -230,7 +233,7 @@ class LevelDBStore(Appending, GenServer):
             with self._adds_paused():
                 return self._delete_range(prefixes, [arg], [lt.cleared_op(arg)])
         if kind == "forget_user":
-            kinds = (*keys.CONVERSATION_KINDS, keys.META)
+            kinds = (*keys.CONVERSATION_KINDS, keys.META, _blocks.BLOCK)  # its own blocks too
             prefixes = [keys.user_prefix(k, arg) for k in kinds]
             with self._adds_paused():
                 # Listed once adds are paused: a conversation a thread begins until then

@@ -10,11 +10,13 @@ from ...actors import CallingSelf, Handle, Killed, NoProcess, Table, TableError,
 from ...actors.runtime import Process, lookup
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
 from .._base import StoredWindow, check_key, check_last
+from .._blocks_client import BlocksClient
 from .._client import CheckedAdd, StoreClient, parse_request
 from .._holds import ReservationClient
 from .._longterm_client import LongTermClient
 from ..reservations import Reservation, ReserveArgs
 from . import _longterm as lt
+from ._blocks import MemoryBlockReads
 from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey
 
@@ -25,7 +27,15 @@ READY_TIMEOUT = 5.0
 WRITES_HERE = frozenset({"add", "import"})
 
 
-class MemoryStoreHandle(StoreClient, LongTermClient, ReservationClient, lt.TableReads, Handle):
+class MemoryStoreHandle(
+    StoreClient,
+    LongTermClient,
+    ReservationClient,
+    BlocksClient,
+    lt.TableReads,
+    MemoryBlockReads,
+    Handle,
+):
     """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
     MemoryStore: writes are calls, reads are direct."""
 

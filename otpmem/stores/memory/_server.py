@@ -45,8 +45,10 @@ from .._client import parse_request
 from .._holds import Ledger
 from .._longterm_client import LONGTERM_KINDS
 from .._write_rules import CALLER_ERRORS, NO_KEYS, admits
+from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
+from . import _blocks
 from . import _longterm as lt
 from ._handle import WRITES_HERE, MemoryStoreHandle
 from ._snapshot import Snapshot, TableKey, table_key
@@ -206,6 +208,8 @@ class MemoryStore(GenServer):
     def _handle_call(self, message: Any) -> Any:
         if is_reservation(message):
             return self._hold(*parse_reservation(message, "MemoryStore"))
+        if is_block_edit(message):
+            return _blocks.edit(self.table, parse_block_edit(message))
         kind, arg = parse_request(message, "MemoryStore", REQUESTS)
         if kind in LONGTERM_KINDS:
             return self._longterm(kind, arg)
@@ -223,7 +227,8 @@ class MemoryStore(GenServer):
             convs = [] if index is None else index[0][: index[1]]
             records = lt.user_records(arg, convs)
             # One step: the index, the conversations and the records go together.
-            self.table.update(lt.forget_puts(rows, arg), [UserKey(arg), *convs, *records])
+            gone = [UserKey(arg), *convs, *records, _blocks.key(arg)]  # the user's own blocks
+            self.table.update(lt.forget_puts(rows, arg), gone)
         else:  # "adopted", the only other request parse_request lets through
             return self.adopted
         return None

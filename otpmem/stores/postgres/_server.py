@@ -50,7 +50,9 @@ from .._holds import ReservationClient
 from .._longterm_client import LONGTERM_KINDS, LongTermClient
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
+from ..blocks import BLOCK_EDIT, is_block_edit, parse_block_edit
 from ..reservations import RESERVATION_KINDS, abandoned_hold, is_reservation, parse_reservation
+from ._blocks import BlockWrites, PostgresBlocks, ensure_blocks
 from ._commit import Committing, FencedAdd, FenceOf, refused
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dir, embedded_dsn
@@ -67,7 +69,7 @@ logger = logging.getLogger("otpmem.stores")
 READY_TIMEOUT = 30.0
 GROUP_MAX = 64  # adds committed in one transaction at most
 WRITES = frozenset(
-    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS}
+    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS, BLOCK_EDIT}
 )
 
 
@@ -140,7 +142,9 @@ def schema_exists(dsn: str, namespace: str) -> bool:
     return bool(row and row[0])
 
 
-class PostgresStoreHandle(PostgresReads, StoreClient, LongTermClient, ReservationClient, Handle):
+class PostgresStoreHandle(
+    PostgresReads, StoreClient, LongTermClient, ReservationClient, PostgresBlocks, Handle
+):
     """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
     PostgresStore."""
 
@@ -307,6 +311,7 @@ class PostgresStore(Committing, GenServer):
             with pooled(self.pool, connect_timeout) as conn:
                 blocking(ensure_schema, conn, namespace)
                 blocking(ensure_holds, conn, namespace)
+                blocking(ensure_blocks, conn, namespace)
                 if fence is not None:
                     blocking(ensure_leases, conn, namespace)
         except self._psycopg_errors as exc:
@@ -325,6 +330,7 @@ class PostgresStore(Committing, GenServer):
         self.fence = fence
         self.writes = Writes(namespace)
         self.holds = Holds(namespace)
+        self.blocks = BlockWrites(namespace)
         self.reads = compose(namespace)
         self._pool_closed = pool_module.PoolClosed
         self._rollback = psycopg.errors.TransactionRollback
@@ -364,6 +370,8 @@ class PostgresStore(Committing, GenServer):
             if kind == "release":
                 return self.holds.release, (arg,)
             return self.holds.reserve, arg
+        if is_block_edit(message):
+            return self.blocks.edit, (parse_block_edit(message),)
         kind, arg = parse_request(message, "PostgresStore")
         if kind in LONGTERM_KINDS:
             work: dict[str, Callable[..., Any]] = {

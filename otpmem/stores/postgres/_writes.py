@@ -107,6 +107,9 @@ class Writes:
                 ns=ns, table=sql.Identifier(table)
             )
             for table in ("facts", "fact_history", "profiles")
+        ] + [
+            # The user's own memory blocks (a team's blocks are the team's, not a user's).
+            sql.SQL("DELETE FROM {ns}.memory_blocks WHERE owner = %s").format(ns=ns)
         ]
 
     def _lock(self, cur: Any, conv: Conv) -> None:
