@@ -26,7 +26,9 @@ from ._documents import parse_import
 from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
 from .longterm import (
+    KEEP_FACT_HISTORY,
     MAX_FACTS_PER_USER,
+    CursorMoved,
     Fact,
     FactLimitReached,
     FactStamps,
@@ -57,12 +59,14 @@ __all__ = [
     "DEFAULT_STORE_NAME",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "KEEP_FACT_HISTORY",
     "KEYS_KEPT",
     "MAX_FACTS_PER_USER",
     "STORE_INTENSITY",
     "STORE_PERIOD",
     "ChatMemory",
     "ConversationCleared",
+    "CursorMoved",
     "Fact",
     "FactLimitReached",
     "FactStamps",

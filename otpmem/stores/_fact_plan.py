@@ -24,8 +24,34 @@ if TYPE_CHECKING:
     from .longterm import Fact
 
 
+KEEP_FACT_HISTORY = 100
+"""How many superseded values of each fact key a store keeps by default (``keep_history``):
+older ones are dropped in the write that supersedes a newer one."""
+
+
 class FactLimitReached(StoreError):
     """A new fact would take a user past ``max_facts``: nothing was saved."""
+
+
+class CursorMoved(StoreError):
+    """``save_facts(cursor=..., cursor_from=n)`` found the extraction cursor no longer at
+    ``n``: another extractor processed those messages; nothing was saved."""
+
+
+def check_cursor_from(conv: object, expected: int | None, stored: int) -> None:
+    """Refuse a cursor move that did not start where the stored cursor is."""
+    if expected is not None and expected != stored:
+        raise CursorMoved(
+            f"the extraction cursor of {conv} is at {stored}, not at {expected} where this "
+            "extraction started: another extractor moved it; nothing was saved"
+        )
+
+
+def check_keep(keep: object) -> int:
+    """``keep_history``: an int >= 1."""
+    if type(keep) is not int or keep < 1:
+        raise ValueError(f"keep_history must be an int >= 1, got {short_repr(keep)}")
+    return keep
 
 
 def as_seconds(value: object, what: str) -> float | None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Conv, ConvLike, as_conv, short_repr
-from ._fact_plan import as_seconds, check_closes
+from ._fact_plan import KEEP_FACT_HISTORY, as_seconds, check_closes, check_keep
 from .longterm import (
     MAX_FACTS_PER_USER,
     Fact,
@@ -25,7 +25,7 @@ from .longterm import (
 )
 
 LONGTERM_ARITIES: dict[str, tuple[int, ...]] = {
-    "save_facts": (7,),
+    "save_facts": (7, 8),
     "save_profile": (1,),
     "delete_profile": (1,),
     "request_extraction": (2,),
@@ -70,13 +70,32 @@ class LongTermClient:
         max_facts: int = MAX_FACTS_PER_USER,
         evict: bool = False,
         closes: Mapping[str, float | datetime] | None = None,
+        cursor_from: int | None = None,
+        keep_history: int = KEEP_FACT_HISTORY,
         timeout: float | None = 10.0,
     ) -> list[Fact]:
         """Upsert ``facts``, close the facts of ``closes`` (key -> when they stopped being
         true), delete ``deletes`` and move an extraction ``cursor`` (conv, position), all
-        in one write: all of it happens, or none."""
+        in one write: all of it happens, or none. With ``cursor_from`` the cursor moves
+        only from there (compare-and-set): elsewhere, ``CursorMoved`` and nothing saved.
+        Each key keeps its newest ``keep_history`` superseded values; older ones go."""
+        if cursor_from is not None:
+            if cursor is None:
+                raise ValueError("cursor_from needs a cursor to move")
+            if not (type(cursor) is tuple and len(cursor) == 2):
+                raise ValueError(f"a cursor is (conv, position), got {short_repr(cursor)}")
+            cursor = (cursor[0], cursor[1], cursor_from)  # type: ignore[assignment]
         request = parse_save_facts(
-            (user_id, list(facts), list(deletes), cursor, max_facts, evict, dict(closes or {}))
+            (
+                user_id,
+                list(facts),
+                list(deletes),
+                cursor,
+                max_facts,
+                evict,
+                dict(closes or {}),
+                keep_history,
+            )
         )
         saved, _removed = self.call(("save_facts", *request), timeout)
         return list(saved)
@@ -120,7 +139,8 @@ class LongTermClient:
 
 def parse_save_facts(args: Sequence[Any]) -> tuple[Any, ...]:
     """Check a ``save_facts`` request (the handle's and the server's own check)."""
-    user_id, facts, deletes, cursor, max_facts, evict, closes = args
+    user_id, facts, deletes, cursor, max_facts, evict, closes = args[:7]
+    keep = check_keep(args[7]) if len(args) > 7 else KEEP_FACT_HISTORY
     user_id = check_user(user_id)
     if type(facts) not in (list, tuple) or type(deletes) not in (list, tuple):
         raise ValueError("save_facts takes a list of facts and a list of keys to delete")
@@ -129,18 +149,22 @@ def parse_save_facts(args: Sequence[Any]) -> tuple[Any, ...]:
         raise ValueError(f"save_facts for {user_id!r} was given another user's fact")
     keys = [check_fact_key(k) for k in deletes]
     if cursor is not None:
-        if not (type(cursor) is tuple and len(cursor) == 2):
+        # (conv, position), or (conv, position, where it must be now) on the wire
+        if not (type(cursor) is tuple and len(cursor) in (2, 3)):
             raise ValueError(f"a cursor is (conv, position), got {short_repr(cursor)}")
-        conv, position = check_job(cursor)
+        conv, position = check_job(cursor[:2])
         if conv.user_id != user_id:
             raise ValueError(f"the cursor of {conv} is not {user_id!r}'s to move")
-        cursor = (conv, position)
+        expected = cursor[2] if len(cursor) == 3 else None
+        if expected is not None and (type(expected) is not int or expected < 0):
+            raise ValueError(f"cursor_from is an int >= 0, got {short_repr(expected)}")
+        cursor = (conv, position, expected)
     if not isinstance(evict, bool):
         raise ValueError(f"evict must be a bool, got {short_repr(evict)}")
     closed = check_closes(closes)
     for key in closed:
         check_fact_key(key)
-    return user_id, checked, keys, cursor, check_limit(max_facts), evict, closed
+    return user_id, checked, keys, cursor, check_limit(max_facts), evict, closed, keep
 
 
 def check_job(job: tuple[Any, Any]) -> tuple[Conv, int]:

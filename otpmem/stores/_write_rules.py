@@ -25,7 +25,7 @@ from collections.abc import Container
 
 from ..messages import Conv, InvalidMessage
 from ._base import ConversationCleared, LeaseLost, StoreUnavailable
-from .longterm import FactLimitReached
+from .longterm import CursorMoved, FactLimitReached
 
 CALLER_ERRORS: tuple[type[BaseException], ...] = (
     InvalidMessage,
@@ -34,6 +34,7 @@ CALLER_ERRORS: tuple[type[BaseException], ...] = (
     ConversationCleared,
     LeaseLost,
     FactLimitReached,
+    CursorMoved,
     StoreUnavailable,
 )
 """What a write raises to its caller without crashing the store (every backend's

@@ -26,6 +26,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Conv, ConvLike, as_conv, freeze_value, short_repr, thaw
+from ._fact_plan import KEEP_FACT_HISTORY as KEEP_FACT_HISTORY
+from ._fact_plan import CursorMoved as CursorMoved
 from ._fact_plan import FactLimitReached as FactLimitReached
 from ._fact_plan import checked_times
 
@@ -115,9 +117,11 @@ class LongTermStore(Protocol):
         max_facts: int = ...,
         evict: bool = ...,
         closes: Mapping[str, float | datetime] | None = None,
+        cursor_from: int | None = None,
+        keep_history: int = ...,
     ) -> list[Fact]:
-        """Upsert, close and delete several facts and move an extraction cursor, in one
-        write."""
+        """Upsert, close and delete several facts and move an extraction cursor (only from
+        ``cursor_from``, when given: else ``CursorMoved``), in one write."""
 
     def get_fact(self, user_id: str, key: str) -> Fact | None:
         """The fact, or None."""
@@ -132,7 +136,7 @@ class LongTermStore(Protocol):
         """Delete it (its history stays); False if there was none."""
 
     def fact_history(self, user_id: str, key: str) -> list[Fact]:
-        """The values superseded (or deleted), oldest first."""
+        """The values superseded (or deleted), oldest first: the newest ``keep_history``."""
 
     def save_profile(self, profile: Profile) -> Profile:
         """Replace the user's profile."""

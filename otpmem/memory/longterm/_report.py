@@ -23,7 +23,8 @@ class ExtractionBusy(RuntimeError):
 class ExtractionReport:
     """What one ``extract`` did: messages ``start..end`` processed (the cursor is now
     ``end``), the facts saved, keys deleted or confirmed, new keys refused at the cap,
-    unusable decisions skipped, and the error that changed nothing, if any."""
+    unusable decisions skipped, and the error that changed nothing, if any; ``raced``: another
+    extractor moved the cursor first, so this one saved nothing and reads it again."""
 
     conv: Conv
     start: int = 0
@@ -35,6 +36,7 @@ class ExtractionReport:
     skipped: list[Decision] = field(default_factory=list)
     error: str | None = None
     queued: bool = False
+    raced: bool = False
 
     @property
     def ok(self) -> bool:

@@ -26,7 +26,15 @@ from typing import Any, NamedTuple, TypeVar
 from ...actors import blocking
 from ...llm import ChatModel
 from ...messages import Conv, ConvLike, as_conv, short_repr
-from ...stores import MAX_FACTS_PER_USER, ChatMemory, Fact, FactLimitReached, LongTermStore, Profile
+from ...stores import (
+    MAX_FACTS_PER_USER,
+    ChatMemory,
+    CursorMoved,
+    Fact,
+    FactLimitReached,
+    LongTermStore,
+    Profile,
+)
 from ..tokens import DEFAULT_COUNTER, TokenCounter
 from ._report import Claims, ExtractionReport, merged
 from ._times import valid_from
@@ -177,7 +185,7 @@ class LongTermMemory:
         key = user_conv(conv)
         with self._claims.hold(key, self.timeout):
             report = last = self._one_batch(key)
-            while last.ok and last.processed == self.batch:
+            while last.ok and (last.processed == self.batch or last.raced):
                 last = self._one_batch(key)
                 report = merged(report, last)
         return report
@@ -248,11 +256,15 @@ class LongTermMemory:
                 facts,
                 deletes,
                 cursor=(conv, end),
+                cursor_from=cursor,
                 max_facts=self.max_facts,
                 evict=self.evict,
             )
         except FactLimitReached as exc:  # another writer filled the cap meanwhile
             report.error = str(exc)
+            return report
+        except CursorMoved:  # another extractor (process, node) did these turns: skip them
+            report.raced = True
             return report
         report.deleted, report.end = deletes, end
         if report.refused:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from ...messages import Conv, ConvLike, as_conv
-from .._fact_plan import as_seconds, facts_as_of, plan_facts
+from .._fact_plan import as_seconds, check_cursor_from, facts_as_of, plan_facts
 from ..longterm import (
     Fact,
     Profile,
@@ -106,13 +106,18 @@ def fact_ops(
     user_id: str,
     facts: Sequence[Fact],
     deletes: Sequence[str],
-    cursor: tuple[Conv, int] | None,
+    cursor: tuple[Conv, int, int | None] | None,
     max_facts: int,
     evict: bool,
     closes: Mapping[str, float],
+    keep: int,
 ) -> tuple[list[Fact], list[str], list[Op]]:
     """The facts as saved, the keys removed, and the ops of one ``save_facts`` (read from
-    ``db`` with every earlier write on disk: the server flushes first)."""
+    ``db`` with every earlier write on disk: the server flushes first); each key's
+    history cut to its newest ``keep`` entries by deletes in the same batch."""
+    if cursor is not None:
+        stored = _int(db.get(keys.conv_prefix(CURSOR, cursor[0])))
+        check_cursor_from(cursor[0], cursor[2], stored)
     current = {f.key: f for f in _facts(db, user_id)}
     plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict, closes)
     ops: list[Op] = []
@@ -120,20 +125,35 @@ def fact_ops(
         ops.append((fact_key(user_id, fact.key), msgpack.packb(fact_as_list(fact))))
     for key in plan.removed:
         ops.append((fact_key(user_id, key), None))
+    added: dict[str, int] = {}
     for old in plan.superseded:
         # Ordered by when it was superseded (a key deleted and saved again starts again at
         # version 1, so the version cannot name the entry).
         entry = history_prefix(user_id, old.key) + _STAMP.pack(time.time_ns(), next(_entries))
         ops.append((entry, msgpack.packb(fact_as_list(old))))
+        added[old.key] = added.get(old.key, 0) + 1
+    for key, n in added.items():
+        ops.extend(_trim_ops(db, history_prefix(user_id, key), n, keep))
     if plan.put or plan.removed:  # what a cached ranking of the facts is checked against
         ops.append((keys.user_prefix(STAMP, user_id), new_stamp()))
     if cursor is not None:
-        conv, position = cursor
+        conv, position, _ = cursor
         ops.append((keys.conv_prefix(CURSOR, conv), msgpack.packb(position)))
         job = db.get(keys.conv_prefix(JOB, conv))
         if job is not None and position >= msgpack.unpackb(job):
             ops.append((keys.conv_prefix(JOB, conv), None))
     return plan.saved, plan.removed, ops
+
+
+def _trim_ops(db: Any, prefix: bytes, added: int, keep: int) -> list[Op]:
+    """Deletes of a key's oldest history entries, so that with ``added`` new ones it holds
+    ``keep``: one scan of its keys, at most ``keep`` of them (bounded by this very trim)."""
+    stored = list(db.iterator(prefix=prefix, include_value=False))
+    over = len(stored) + added - keep
+    if over <= 0:
+        return []
+    ops: list[Op] = [(k, None) for k in stored[: min(over, len(stored))]]
+    return ops
 
 
 def job_ops(db: Any, conv: Conv, upto: int) -> list[Op]:

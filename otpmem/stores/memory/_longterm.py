@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...messages import Conv, ConvLike, as_conv
-from .._fact_plan import as_seconds, facts_as_of, plan_facts
+from .._fact_plan import as_seconds, check_cursor_from, facts_as_of, plan_facts
 from ..longterm import (
     Fact,
     Profile,
@@ -114,19 +114,23 @@ def fact_write(
     user_id: str,
     facts: Sequence[Fact],
     deletes: Sequence[str],
-    cursor: tuple[Conv, int] | None,
+    cursor: tuple[Conv, int, int | None] | None,
     max_facts: int,
     evict: bool,
     closes: Mapping[str, float],
+    keep: int,
 ) -> tuple[list[Fact], dict[LongTermKey, Any]]:
-    """The facts as saved and the table writes of one ``save_facts``."""
+    """The facts as saved and the table writes of one ``save_facts`` (each key's history
+    cut to its newest ``keep`` values in the same write)."""
+    if cursor is not None:
+        check_cursor_from(cursor[0], cursor[2], read_cursor(mapping, cursor[0]))
     current: dict[str, Fact] = mapping.get(key("facts", user_id), {})
     plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict, closes)
     merged = {k: f for k, f in current.items() if k not in plan.removed}
     merged.update(plan.put)
     history: dict[str, tuple[Fact, ...]] = dict(mapping.get(key("history", user_id), {}))
     for old in plan.superseded:
-        history[old.key] = (*history.get(old.key, ()), old)
+        history[old.key] = (*history.get(old.key, ()), old)[-keep:]
     puts: dict[LongTermKey, Any] = {
         key("facts", user_id): merged,
         key("history", user_id): history,
@@ -134,7 +138,7 @@ def fact_write(
     if plan.put or plan.removed:  # what a cached ranking of the facts is checked against
         puts[key("stamp", user_id)] = new_stamp()
     if cursor is not None:
-        conv, position = cursor
+        conv, position, _ = cursor
         cursors = dict(mapping.get(key("cursors", conv.user_id), {}))
         cursors[conv] = position
         puts[key("cursors", conv.user_id)] = cursors

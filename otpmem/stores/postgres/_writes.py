@@ -20,7 +20,7 @@ from psycopg import sql
 from ...messages import Conv, FrozenDict, is_pinned, is_summary
 from .._base import KEYS_KEPT
 from .._client import CheckedAdd
-from .._fact_plan import end, plan_facts, start
+from .._fact_plan import check_cursor_from, end, plan_facts, start
 from .._write_rules import cleared
 from ..longterm import (
     Fact,
@@ -64,6 +64,13 @@ _SQL = {
     "delete_fact": "DELETE FROM {ns}.facts WHERE user_id = %s AND key = %s",
     "history": "INSERT INTO {ns}.fact_history (user_id, key, record, valid_from, valid_to) "
     "VALUES (%s, %s, %s, %s, %s)",
+    # A key's history cut to its newest %s rows by the write that adds one (the primary
+    # key's index finds the cut: no scan of the user's history).
+    "trim_history": "DELETE FROM {ns}.fact_history WHERE user_id = %s AND key = %s AND n <= "
+    "(SELECT n FROM {ns}.fact_history WHERE user_id = %s AND key = %s ORDER BY n DESC "
+    "OFFSET %s LIMIT 1)",
+    "cursor_of": "SELECT cursor_pos FROM {ns}.conversations WHERE user_key = %s AND "
+    "conversation_id = %s",
     "set_cursor": "UPDATE {ns}.conversations SET cursor_pos = %s, job_upto = CASE WHEN "
     "job_upto <= %s THEN NULL ELSE job_upto END WHERE user_key = %s AND conversation_id = %s",
     "put_profile": "INSERT INTO {ns}.profiles VALUES (%s, %s) ON CONFLICT (user_id) "
@@ -199,13 +206,24 @@ class Writes:
         user_id: str,
         facts: Sequence[Fact],
         deletes: Sequence[str],
-        cursor: tuple[Conv, int] | None,
+        cursor: tuple[Conv, int, int | None] | None,
         max_facts: int,
         evict: bool,
         closes: Mapping[str, float],
+        keep: int,
     ) -> tuple[list[Fact], list[str]]:
-        """One user's facts, their history and a cursor, in the caller's transaction."""
+        """One user's facts, their history (each key's cut to its newest ``keep``) and a
+        cursor (compared first, under its row lock, when ``cursor_from`` was given), in the
+        caller's transaction."""
         cur.execute(self.q["lock_user"], (f"otpmem.facts.{user_id}",))
+        if cursor is not None:
+            conv, position, expected = cursor
+            self._lock(cur, conv)
+            where = (user_key(conv.user_id), conv.conversation_id)
+            if expected is not None:
+                cur.execute(self.q["cursor_of"], where)
+                row = cur.fetchone()
+                check_cursor_from(conv, expected, 0 if row is None else int(row[0]))
         cur.execute(self.q["facts_of"], (user_id,))
         current = {f.key: f for f in (fact_from_list(msgpack.unpackb(r[0])) for r in cur)}
         plan = plan_facts(current, facts, deletes, time.time(), max_facts, evict, closes)
@@ -213,14 +231,13 @@ class Writes:
             # The times as columns too: an as_of read selects the closed rows in SQL.
             record = msgpack.packb(fact_as_list(old))
             cur.execute(self.q["history"], (user_id, old.key, record, start(old), end(old)))
+        for key in {old.key for old in plan.superseded}:
+            cur.execute(self.q["trim_history"], (user_id, key, user_id, key, keep))
         for key in plan.removed:
             cur.execute(self.q["delete_fact"], (user_id, key))
         for fact in plan.put.values():
             cur.execute(self.q["put_fact"], (user_id, fact.key, msgpack.packb(fact_as_list(fact))))
         if cursor is not None:
-            conv, position = cursor
-            self._lock(cur, conv)
-            where = (user_key(conv.user_id), conv.conversation_id)
             cur.execute(self.q["set_cursor"], (position, position, *where))
         return plan.saved, plan.removed
 
