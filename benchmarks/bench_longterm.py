@@ -27,6 +27,14 @@ up to 2x between periods, perf_anchors.md): compare the paired ratios, never one
    MemoryStore and a LevelDBStore (sync=False), against the read of what is true now
    (``get_facts(user)``) of the same store: p50 and p99 of single calls, interleaved per
    repeat, and the ratio of the p50s per repeat.
+5. Background consolidation stays bounded: one extraction (``LongTermMemory.extract_now``
+   of one new turn that corrects one key, so the key's history grows and is compacted)
+   for a user whose key has been corrected thousands of times, in a store holding 1,000
+   to 1,000,000 facts of other users (to 100,000 with --quick), against the same
+   extraction on an empty store in the same repeats: p50 per size and the ratio of the
+   p50s per repeat; beside them, the user's history entries after every thousand
+   corrections (bounded by ``keep_history``), on a MemoryStore and a LevelDBStore
+   (sync=False).
 """
 
 from __future__ import annotations
@@ -48,8 +56,9 @@ from otpmem.agents import Agent
 from otpmem.guardrails import CostBudget, Request, TokenBudget, UsageReader
 from otpmem.llm import ScriptedModel
 from otpmem.memory import DefaultProvider, LongTermMemory
+from otpmem.memory.longterm import Decision
 from otpmem.messages import Conv
-from otpmem.stores import Fact, LevelDBStore, MemoryStore, Profile
+from otpmem.stores import KEEP_FACT_HISTORY, Fact, LevelDBStore, MemoryStore, Profile
 
 FACTS = 20
 WINDOW = 20
@@ -381,6 +390,110 @@ def bench_as_of(quick: bool) -> list[str]:
     return lines
 
 
+class Correcting:
+    """An extractor that corrects one key per call (a new value every time)."""
+
+    blocks = False
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def extract(self, messages: Sequence[Any], known: Sequence[Fact]) -> list[Decision]:
+        """One UPDATE of ``city``."""
+        self.n += 1
+        return [Decision("UPDATE", "city", f"city {self.n}", index=len(messages) - 1)]
+
+
+class Extracting:
+    """One user's conversation on one store, extracted one new turn at a time."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.ltm = LongTermMemory(store, Correcting())
+        self.conv = Conv("bench", "chat")
+
+    def one(self) -> float:
+        """Add a turn, then time its extraction (seconds)."""
+        self.store.add(self.conv, [{"role": "user", "content": "I moved again."}])
+        t0 = time.perf_counter()
+        report = self.ltm.extract_now(self.conv)
+        elapsed = time.perf_counter() - t0
+        assert report.ok and report.processed == 1
+        return elapsed
+
+    def history(self) -> int:
+        """How many superseded values the corrected key keeps."""
+        return len(self.store.fact_history("bench", "city"))
+
+
+def seed_others(store: Any, held: int, upto: int) -> None:
+    """Other users' facts, 10 each, from ``held`` facts to ``upto``."""
+    for u in range(held // 10, upto // 10):
+        user_id = f"other-{u:07d}"
+        store.save_facts(user_id, [Fact(user_id, f"k{k}", "v") for k in range(10)])
+
+
+def bench_bounded_on(kind: str, full: Any, empty: Any, quick: bool) -> list[str]:
+    """Extraction cost as the facts held grow, beside an empty store; the history size."""
+    sizes = (1_000, 10_000, 100_000) if quick else (1_000, 10_000, 100_000, 1_000_000)
+    n, repeats, warm = (100, 3, 2_000) if quick else (300, 5, 5_000)
+    big, small = Extracting(full), Extracting(empty)
+    kept = []
+    for i in range(warm):  # the key's history at its bound long before the first timing
+        big.one()
+        if (i + 1) % 1_000 == 0:
+            kept.append(big.history())
+    for _ in range(warm):
+        small.one()
+    lines, held = [], 0
+    for size in sizes:
+        t0 = time.perf_counter()
+        seed_others(full, held, size)
+        held, seeded = size, time.perf_counter() - t0
+        times: dict[str, list[float]] = {"held": [], "empty": []}
+        ratios = []
+        for r in range(repeats):
+            medians = {}
+            for name in rotated(["held", "empty"], r):
+                side = big if name == "held" else small
+                run = [side.one() for _ in range(n)]
+                times[name].extend(run)
+                medians[name] = statistics.median(run)
+            ratios.append(medians["held"] / medians["empty"])
+        lines.append(
+            f"{kind}: one extraction (one turn correcting a key) with {size:,} facts held "
+            f"(seeded in {seeded:.0f} s): {p50_us(times['held'])} vs the same on an empty "
+            f"store {p50_us(times['empty'])}: held/empty p50 = {ratio_summary(ratios)} "
+            f"(per repeat, {repeats} repeats of {n}, rotated)"
+        )
+        kept.append(big.history())
+    total = big.ltm.extractor.n  # type: ignore[union-attr]
+    lines.append(
+        f"{kind}: the corrected key's history after every 1,000 corrections, then after each "
+        f"size: {kept} entries ({total:,} corrections in all; bound keep_history="
+        f"{KEEP_FACT_HISTORY})"
+    )
+    assert max(kept) <= KEEP_FACT_HISTORY
+    return lines
+
+
+def bench_bounded(quick: bool) -> list[str]:
+    """Extraction cost flat as facts are held, and the history bounded, on both stores."""
+    lines = []
+    with ExitStack() as stack:
+        full, empty = MemoryStore.start_link(), MemoryStore.start_link()
+        stack.callback(full.stop)
+        stack.callback(empty.stop)
+        lines += bench_bounded_on("memory", full, empty, quick)
+    with scratch("otpmem-bench-bounded-") as root, ExitStack() as stack:
+        full = LevelDBStore.start_link(root / "full", sync=False)
+        stack.callback(full.stop)
+        empty = LevelDBStore.start_link(root / "empty", sync=False)
+        stack.callback(empty.stop)
+        lines += bench_bounded_on("leveldb (sync=False)", full, empty, quick)
+    return lines
+
+
 def main(quick: bool) -> list[str]:
     """Run every long-term benchmark."""
     return [
@@ -388,6 +501,7 @@ def main(quick: bool) -> list[str]:
         *bench_turns(quick),
         *bench_relevant(quick),
         *bench_as_of(quick),
+        *bench_bounded(quick),
     ]
 
 
