@@ -2,7 +2,8 @@
 to its newest ``keep_history`` values in the writes that add, without changing an
 ``as_of`` answer inside that retention; the extraction cursor moves by compare-and-set, so
 extractors racing on one store (threads, two servers, two PostgreSQL connections) save
-every turn exactly once, across a reopen and a restart too."""
+every turn exactly once, across a reopen and a restart too; the usage log keeps what is
+inside its horizon and drops the rest as adds come."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ from otpmem.stores import (
     LevelDBStore,
     MemoryStore,
     PostgresStore,
+    longterm,
 )
 from otpmem.supervisors import Supervisor
-from tests.longterm_support import user
+from tests.longterm_support import answered, user
 
 T0 = 1_700_000_000.0
 DAY = 86_400.0
@@ -261,3 +263,46 @@ def test_two_async_servers_on_one_store_extract_each_turn_once(
         first.close()
         second.close()
         sup.stop()
+
+
+# -- the usage log's horizon -------------------------------------------------------------------
+
+
+def _spend(store: Any, n: int) -> None:
+    for i in range(n):  # one token a call: a window's sum counts the log entries it saw
+        store.add(ANN, [answered(f"a{i}", 1, 0)])
+
+
+def test_the_usage_log_keeps_what_is_inside_the_horizon(opener: Callable[[], Any]) -> None:
+    store = opener()
+    _spend(store, 30)
+    assert store.user_usage("ann", since=0).total_tokens == 30, "all inside the horizon"
+    assert store.usage(ANN, since=0).total_tokens == 30
+
+
+def test_the_usage_log_drops_what_is_past_the_horizon(
+    opener: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(longterm, "USAGE_LOG_HORIZON", 0.0)  # every earlier entry is past it
+    store = opener()
+    _spend(store, 30)
+    assert store.user_usage("ann").total_tokens == 30, "the running sums keep everything"
+    assert store.usage(ANN).total_tokens == 30
+    assert store.user_usage("ann", since=0).total_tokens == 1, "the log: the newest entry"
+
+
+def test_a_leveldb_log_backlog_drains_a_bounded_step_per_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LevelDBStore.start_link(tmp_path / "db")
+    try:
+        _spend(store, 200)
+        monkeypatch.setattr(longterm, "USAGE_LOG_HORIZON", 0.0)
+        _spend(store, 1)
+        drained = longterm.USAGE_EXPIRED_PER_ADD
+        assert store.user_usage("ann", since=0).total_tokens == 200 - drained + 1
+        _spend(store, 3)
+        assert store.user_usage("ann", since=0).total_tokens == 1
+        assert store.user_usage("ann").total_tokens == 204
+    finally:
+        store.stop()

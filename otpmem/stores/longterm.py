@@ -32,6 +32,14 @@ from ._fact_plan import FactLimitReached as FactLimitReached
 from ._fact_plan import checked_times
 
 MAX_FACTS_PER_USER = 200
+USAGE_LOG_HORIZON = 400 * 86_400.0
+"""How far back (seconds) a user's usage log reaches: an add that records usage drops
+the user's entries older than this (the running sums keep everything), so a window
+(``since=``) of up to 400 days is exact and the log stays bounded. Read by the stores
+at each add (PostgreSQL: when its store starts)."""
+USAGE_EXPIRED_PER_ADD = 64
+"""LevelDB: at most this many expired log entries go with one add (more than it brings, so
+a log that outgrew the horizon drains, and no add pays for a whole backlog at once)."""
 MAX_FACT_KEY = 200
 MAX_FACT_VALUE = 10_000
 _STAMP = struct.Struct(">QQ")

@@ -123,7 +123,7 @@ class Appending:
         meta.next_seq += len(batch)
         meta.count += len(batch)
         ops.append((known.meta_key, meta.pack()))
-        usage = lt.usage_ops(lambda key: self.read_through(key, staged), conv, batch)
+        usage = lt.usage_ops(lambda key: self.read_through(key, staged), conv, batch, self.db)
         for key, value in usage[:2]:  # the running sums: the next add must see them
             staged[key] = value
         ops.extend(usage)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from ...messages import Conv, ConvLike, as_conv
+from .. import longterm
 from .._fact_plan import as_seconds, check_cursor_from, facts_as_of, plan_facts
 from ..longterm import (
     Fact,
@@ -78,22 +79,29 @@ def _usage(raw: bytes | None) -> Usage:
     return Usage() if raw is None else Usage.from_list(msgpack.unpackb(raw))
 
 
-def usage_ops(read: Read, conv: Conv, batch: Sequence[Mapping[str, Any]]) -> list[Op]:
-    """The usage sums and the log entry an added batch brings (none without usage)."""
+def usage_ops(
+    read: Read, conv: Conv, batch: Sequence[Mapping[str, Any]], db: Any = None
+) -> list[Op]:
+    """The usage sums and the log entry an added batch brings (none without usage), and
+    the deletes of the user's log entries past ``USAGE_LOG_HORIZON`` (found in ``db``)."""
     added = batch_usage(batch)
     if added is None:
         return []
     conv_key = keys.conv_prefix(CONV_USAGE, conv)
     user_key = keys.user_prefix(USER_USAGE, conv.user_id)
-    stamp = _STAMP.pack(time.time_ns(), next(_entries))
-    return [
+    now = time.time_ns()
+    stamp = _STAMP.pack(now, next(_entries))
+    log = keys.user_prefix(USAGE_LOG, conv.user_id)
+    ops: list[Op] = [
         (conv_key, msgpack.packb((_usage(read(conv_key)) + added).as_list())),
         (user_key, msgpack.packb((_usage(read(user_key)) + added).as_list())),
-        (
-            keys.user_prefix(USAGE_LOG, conv.user_id) + stamp,
-            msgpack.packb([conv.conversation_id, added.as_list()]),
-        ),
+        (log + stamp, msgpack.packb([conv.conversation_id, added.as_list()])),
     ]
+    if db is not None:
+        cutoff = max(0, now - int(longterm.USAGE_LOG_HORIZON * 1e9))
+        old = db.iterator(start=log, stop=log + _STAMP.pack(cutoff, 0), include_value=False)
+        ops.extend((k, None) for k in itertools.islice(old, longterm.USAGE_EXPIRED_PER_ADD))
+    return ops
 
 
 def cleared_op(conv: Conv) -> Op:

@@ -8,12 +8,14 @@ in one ``Table.update``. Readers read them directly, as they read conversations.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...messages import Conv, ConvLike, as_conv
+from .. import longterm
 from .._fact_plan import as_seconds, check_cursor_from, facts_as_of, plan_facts
 from ..longterm import (
     Fact,
@@ -53,7 +55,8 @@ def usage_puts(
         return {}
     user = conv.user_id
     log: tuple[list[Any], int] | None = mapping.get(key("log", user))
-    entry = (time.time(), conv, added)
+    now = time.time()
+    entry = (now, conv, added)
     if log is None:
         entries, n = [entry], 1
     else:
@@ -63,6 +66,11 @@ def usage_puts(
         del entries[n:]
         entries.append(entry)
         n += 1
+        expired = bisect.bisect_left(
+            entries, now - longterm.USAGE_LOG_HORIZON, 0, n, key=lambda e: e[0]
+        )
+        if expired * 2 >= n:  # a fresh list once half is past the horizon: amortised O(1)
+            entries, n = entries[expired:n], n - expired
     return {
         key("conv_usage", conv): mapping.get(key("conv_usage", conv), Usage()) + added,
         key("user_usage", user): mapping.get(key("user_usage", user), Usage()) + added,

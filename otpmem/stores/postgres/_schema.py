@@ -20,6 +20,7 @@ from typing import Any
 
 from psycopg import sql
 
+from .. import longterm
 from .._base import StoreUnavailable
 from ._leases import lease_lock_prefix
 
@@ -182,6 +183,9 @@ BEGIN
                 total_tokens = user_usage.total_tokens + tt, cost = user_usage.cost + spent;
         END IF;
         INSERT INTO {ns}.usage_log VALUES (u, at, c, pt, ct, tt, spent);
+        -- Past the horizon (USAGE_LOG_HORIZON): what expired since the user's last add,
+        -- found by the (user_key, at) index.
+        DELETE FROM {ns}.usage_log WHERE user_key = u AND usage_log.at < append.at - {horizon};
     END IF;
     RETURN n;
 END
@@ -327,7 +331,8 @@ def ensure_schema(conn: Any, namespace: str) -> None:
                 f"the PostgreSQL schema {namespace!r} has version {version}, made by a newer "
                 f"otpmem; this one knows versions up to {SCHEMA_VERSION}"
             )
-        conn.execute(sql.SQL(_APPEND).format(ns=ns))
+        horizon = sql.Literal(float(longterm.USAGE_LOG_HORIZON))
+        conn.execute(sql.SQL(_APPEND).format(ns=ns, horizon=horizon))
         prefix = sql.Literal(lease_lock_prefix(namespace))
         conn.execute(sql.SQL(_FENCE).format(ns=ns, lock_prefix=prefix))
         conn.execute(sql.SQL(_FENCED_GROUP).format(ns=ns, code=sql.Literal(FENCES_LOST)))
