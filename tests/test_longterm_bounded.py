@@ -105,6 +105,16 @@ def test_as_of_answers_inside_the_retention_survive_compaction(opener: Callable[
     assert [f.value for f in store.fact_history("ann", "city")] == [f"c{i}" for i in range(7, 13)]
 
 
+def test_a_lower_bound_later_drops_every_older_value(opener: Callable[[], Any]) -> None:
+    store = opener()
+    _correct(store, 20, keep=100)
+    _correct(store, 1, keep=3, start=20)
+    assert [f.value for f in store.fact_history("ann", "city")] == ["c17", "c18", "c19"]
+    store.forget_user("ann")
+    _correct(store, 6, keep=3)  # counted afresh after a forget
+    assert [f.value for f in store.fact_history("ann", "city")] == ["c2", "c3", "c4"]
+
+
 def test_other_keys_and_other_users_keep_their_history(opener: Callable[[], Any]) -> None:
     store = opener()
     store.save_facts("bob", [Fact("bob", "city", "b0")])

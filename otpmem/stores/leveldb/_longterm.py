@@ -3,9 +3,11 @@
     f <user> <fact key>                 ->  msgpack(fact)
     s <user>                            ->  the stamp of the last change of the user's facts
     h <user> <fact key part> <seq>      ->  msgpack(a superseded or deleted fact)
+    H <user> <fact key part>            ->  msgpack([entries kept, where they start])
     r <user>                            ->  msgpack([summary, metadata, updated_at])
     U <user>                            ->  msgpack(usage): the user's running sums
     l <user> <ns: 8 bytes> <n: 8 bytes> ->  msgpack([conversation id, usage]): the usage log
+    L <user>                            ->  where the log's entries past the horizon start
     C <user> <conversation>             ->  when the conversation was last cleared
     u <user> <conversation>             ->  msgpack(usage): the conversation's running sums
     x <user> <conversation>             ->  the extraction cursor
@@ -49,15 +51,27 @@ from . import keys
 FACT = b"f"
 STAMP = b"s"
 HISTORY = b"h"
+HISTORY_INDEX = b"H"
 PROFILE = b"r"
 USER_USAGE = b"U"
 USAGE_LOG = b"l"
+LOG_MARK = b"L"
 CLEARED = b"C"
 CONV_USAGE = b"u"
 CURSOR = b"x"
 JOB = b"j"
 CONVERSATION_KINDS = (CONV_USAGE, CURSOR, JOB)
-USER_KINDS = (FACT, STAMP, HISTORY, PROFILE, USER_USAGE, USAGE_LOG, CLEARED)
+USER_KINDS = (
+    FACT,
+    STAMP,
+    HISTORY,
+    HISTORY_INDEX,
+    PROFILE,
+    USER_USAGE,
+    USAGE_LOG,
+    LOG_MARK,
+    CLEARED,
+)
 _STAMP = struct.Struct(">QQ")
 _entries = itertools.count()
 
@@ -98,9 +112,16 @@ def usage_ops(
         (log + stamp, msgpack.packb([conv.conversation_id, added.as_list()])),
     ]
     if db is not None:
-        cutoff = max(0, now - int(longterm.USAGE_LOG_HORIZON * 1e9))
-        old = db.iterator(start=log, stop=log + _STAMP.pack(cutoff, 0), include_value=False)
-        ops.extend((k, None) for k in itertools.islice(old, longterm.USAGE_EXPIRED_PER_ADD))
+        # From the mark past the last entry dropped: never over the tombstones before it.
+        mark = keys.user_prefix(LOG_MARK, conv.user_id)
+        start = log + (read(mark) or b"")
+        stop = log + _STAMP.pack(max(0, now - int(longterm.USAGE_LOG_HORIZON * 1e9)), 0)
+        if start < stop:
+            old = db.iterator(start=start, stop=stop, include_value=False)
+            expired = list(itertools.islice(old, longterm.USAGE_EXPIRED_PER_ADD))
+            ops.extend((k, None) for k in expired)
+            if expired:
+                ops.append((mark, expired[-1][len(log) :] + b"\x00"))
     return ops
 
 
@@ -141,7 +162,7 @@ def fact_ops(
         ops.append((entry, msgpack.packb(fact_as_list(old))))
         added[old.key] = added.get(old.key, 0) + 1
     for key, n in added.items():
-        ops.extend(_trim_ops(db, history_prefix(user_id, key), n, keep))
+        ops.extend(_trim_ops(db, user_id, key, n, keep))
     if plan.put or plan.removed:  # what a cached ranking of the facts is checked against
         ops.append((keys.user_prefix(STAMP, user_id), new_stamp()))
     if cursor is not None:
@@ -153,14 +174,27 @@ def fact_ops(
     return plan.saved, plan.removed, ops
 
 
-def _trim_ops(db: Any, prefix: bytes, added: int, keep: int) -> list[Op]:
+def _trim_ops(db: Any, user_id: str, key: str, added: int, keep: int) -> list[Op]:
     """Deletes of a key's oldest history entries, so that with ``added`` new ones it holds
-    ``keep``: one scan of its keys, at most ``keep`` of them (bounded by this very trim)."""
-    stored = list(db.iterator(prefix=prefix, include_value=False))
-    over = len(stored) + added - keep
-    if over <= 0:
-        return []
-    ops: list[Op] = [(k, None) for k in stored[: min(over, len(stored))]]
+    ``keep``, and its count and mark: the scan starts past the entries dropped before (so
+    never over their tombstones) and reads only those it drops."""
+    prefix = history_prefix(user_id, key)
+    index = keys.user_prefix(HISTORY_INDEX, user_id) + keys.user_prefix(b"", key)
+    raw = db.get(index)
+    if raw is None:  # a key from before the index: counted once
+        count, mark = sum(1 for _ in db.iterator(prefix=prefix, include_value=False)), b""
+    else:
+        count, mark = msgpack.unpackb(raw)
+    ops: list[Op] = []
+    if count + added > keep:
+        stop = prefix + b"\xff" * (_STAMP.size + 1)
+        old = db.iterator(start=prefix + mark, stop=stop, include_value=False)
+        dropped = list(itertools.islice(old, count + added - keep))
+        ops = [(k, None) for k in dropped]
+        if dropped:
+            mark = dropped[-1][len(prefix) :] + b"\x00"
+        count -= len(dropped)
+    ops.append((index, msgpack.packb([count + added, mark])))
     return ops
 
 
