@@ -63,8 +63,11 @@ def test_two_nodes_on_the_embedded_postgres_store_every_message_once(run_dir: Pa
     assert_exactly_once(report, 48)
     assert report["nodes"] == 2 and report["store"] == "postgres"
     ledgers = node_ledgers(run_dir)
-    worked = {name.split("-")[1] for name, entries in ledgers.items() if entries}
-    assert worked == {"n0", "n1"}  # both nodes acknowledged turns, each in its own ledger
+    # Both nodes ran, each incarnation with a ledger of its own (opened at its start). Which
+    # acknowledged turns is the leases' business: a node claims free leases, so one that
+    # starts late on a loaded box may find its share taken and its ledger empty.
+    assert {name.split("-")[1] for name in ledgers} == {"n0", "n1"}
+    assert sum(len(entries) for entries in ledgers.values()) >= 48
     assert not (run_dir / "ledger.jsonl").exists()  # no one-process ledger
     kept = json.loads((run_dir / "run.json").read_text())
     assert kept["store"] == {"kind": "postgres", "dsn": "", "namespace": "otpmem_sim"}
