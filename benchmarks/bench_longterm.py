@@ -306,21 +306,29 @@ def bench_relevant_on(kind: str, store: Any, quick: bool) -> str:
     )
 
 
-def bench_relevant(quick: bool) -> list[str]:
-    """get_relevant on both stores (LevelDB with sync=False: only reads are timed)."""
+def on_both_stores(
+    bench_on: Callable[[str, Any, bool], str], prefix: str, quick: bool
+) -> list[str]:
+    """``bench_on`` over a MemoryStore, then a LevelDBStore with sync=False (only reads are
+    timed), each stopped after."""
     lines = []
     memory = MemoryStore.start_link()
     try:
-        lines.append(bench_relevant_on("memory", memory, quick))
+        lines.append(bench_on("memory", memory, quick))
     finally:
         memory.stop()
-    with scratch("otpmem-bench-relevant-") as root:
+    with scratch(prefix) as root:
         disk = LevelDBStore.start_link(root / "db", sync=False)
         try:
-            lines.append(bench_relevant_on("leveldb (sync=False)", disk, quick))
+            lines.append(bench_on("leveldb (sync=False)", disk, quick))
         finally:
             disk.stop()
     return lines
+
+
+def bench_relevant(quick: bool) -> list[str]:
+    """get_relevant on both stores."""
+    return on_both_stores(bench_relevant_on, "otpmem-bench-relevant-", quick)
 
 
 AS_OF_KEYS, AS_OF_VERSIONS = 200, 5
@@ -374,20 +382,8 @@ def bench_as_of_on(kind: str, store: Any, quick: bool) -> str:
 
 
 def bench_as_of(quick: bool) -> list[str]:
-    """get_facts(as_of=) on both stores (LevelDB with sync=False: only reads are timed)."""
-    lines = []
-    memory = MemoryStore.start_link()
-    try:
-        lines.append(bench_as_of_on("memory", memory, quick))
-    finally:
-        memory.stop()
-    with scratch("otpmem-bench-as-of-") as root:
-        disk = LevelDBStore.start_link(root / "db", sync=False)
-        try:
-            lines.append(bench_as_of_on("leveldb (sync=False)", disk, quick))
-        finally:
-            disk.stop()
-    return lines
+    """get_facts(as_of=) on both stores."""
+    return on_both_stores(bench_as_of_on, "otpmem-bench-as-of-", quick)
 
 
 class Correcting:
