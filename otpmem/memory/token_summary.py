@@ -13,20 +13,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from .strategies import Summarization
+from .summarization import OPTIONS as SUMMARIZATION_OPTIONS
 from .summarizers import SummarizeFn, Summarizer
 from .tokens import TokenCounter
 
 OPTIONS = (
     "max_tokens",
-    "keep_recent",
-    "summarize_fn",
-    "summarizer",
-    "provider",
-    "model",
-    "priority",
-    "token_counter",
+    *(o for o in SUMMARIZATION_OPTIONS if o not in ("threshold", "max_tokens")),
 )
-"""The options ``TokenSummarization.from_options`` takes."""
+"""The options ``TokenSummarization.from_options`` takes: ``Summarization``'s, but
+``threshold`` (it rolls by tokens alone)."""
 
 
 class TokenSummarization(Summarization):
