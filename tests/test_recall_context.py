@@ -174,3 +174,16 @@ def test_a_reopened_leveldb_store_gives_the_same_context(tmp_path: Path) -> None
     finally:
         index.stop()
         store.stop()
+
+
+@pytest.mark.parametrize(
+    "when",
+    ["2024-13-45", "soon", 1e20, -1e18, True, ["2024-01-01"], "", "2024-03-02+99:00"],
+)
+def test_a_garbage_time_in_metadata_is_no_time_and_the_message_still_found(
+    store: MemoryStoreHandle, index: RecallIndexHandle, when: Any
+) -> None:
+    conv = Conv("ann", "garbage")
+    store.add(conv, [turn("user", "the kayak is blue", metadata={"date": when})])
+    assert message_time(store.get(conv)[0]) is None  # NaN never gets this far: the store refuses it
+    assert found(index, "kayak", user_id="ann") == ["the kayak is blue"]
