@@ -17,18 +17,21 @@ from .longterm import (
     MAX_FACTS_PER_USER,
     Fact,
     Profile,
+    Usage,
     check_fact,
     check_fact_key,
     check_limit,
+    check_owner,
     check_profile,
-    check_user,
 )
+from .scopes import Scope, Who, check_member, owner_key, public_id, scope_usage, tenant_of
 
 LONGTERM_ARITIES: dict[str, tuple[int, ...]] = {
     "save_facts": (7, 8),
     "save_profile": (1,),
     "delete_profile": (1,),
     "request_extraction": (2,),
+    "join_scope": (2,),
 }
 """The long-term requests every store answers, by the argument counts each takes."""
 LONGTERM_KINDS = frozenset(LONGTERM_ARITIES)
@@ -62,7 +65,7 @@ class LongTermClient:
 
     def save_facts(
         self,
-        user_id: str,
+        user_id: Who,
         facts: Sequence[Fact],
         deletes: Sequence[str] = (),
         *,
@@ -97,12 +100,12 @@ class LongTermClient:
                 keep_history,
             )
         )
-        saved, _removed = self.call(("save_facts", *request), timeout)
+        saved, _removed = self.call(_wire(request), timeout)
         return list(saved)
 
     def close_fact(
         self,
-        user_id: str,
+        user_id: Who,
         key: str,
         valid_to: float | datetime | None = None,
         timeout: float | None = 10.0,
@@ -113,13 +116,13 @@ class LongTermClient:
         at = as_seconds(valid_to, f"fact {key!r}: valid_to")
         closes = {key: time.time() if at is None else at}
         request = parse_save_facts((user_id, [], [], None, MAX_FACTS_PER_USER, False, closes))
-        _saved, removed = self.call(("save_facts", *request), timeout)
+        _saved, removed = self.call(_wire(request), timeout)
         return key in removed
 
-    def delete_fact(self, user_id: str, key: str, timeout: float | None = 10.0) -> bool:
+    def delete_fact(self, user_id: Who, key: str, timeout: float | None = 10.0) -> bool:
         """Delete the fact (its history stays); False if there was none."""
         request = parse_save_facts((user_id, [], [key], None, MAX_FACTS_PER_USER, False, {}))
-        _saved, removed = self.call(("save_facts", *request), timeout)
+        _saved, removed = self.call(_wire(request), timeout)
         return key in removed
 
     def save_profile(self, profile: Profile, timeout: float | None = 10.0) -> Profile:
@@ -127,34 +130,53 @@ class LongTermClient:
         stored: Profile = self.call(("save_profile", check_profile(profile)), timeout)
         return stored
 
-    def delete_profile(self, user_id: str, timeout: float | None = 10.0) -> bool:
+    def delete_profile(self, user_id: Who, timeout: float | None = 10.0) -> bool:
         """Delete the user's profile; False if there was none."""
-        deleted: bool = self.call(("delete_profile", check_user(user_id)), timeout)
+        deleted: bool = self.call(("delete_profile", public_id(check_owner(user_id))), timeout)
         return deleted
 
     def request_extraction(self, conv: ConvLike, upto: int, timeout: float | None = 10.0) -> None:
         """Durably ask for the conversation's messages before ``upto`` to be extracted."""
         self.call(("request_extraction", *check_job((conv, upto))), timeout)
 
+    def join_scope(self, scope: Scope, conv: ConvLike, timeout: float | None = 10.0) -> None:
+        """Make ``conv`` one of the scope's conversations (idempotent): recall and usage by
+        scope then cover it. Only a conversation of the scope's user joins it."""
+        parse_join((scope, conv))
+        self.call(("join_scope", scope, as_conv(conv)), timeout)
+
+    def scope_usage(self, scope: Scope | str, since: float | None = None) -> Usage:
+        """What the scope's conversations recorded (a user id: ``user_usage``); ``since``:
+        only what was recorded then or later."""
+        return scope_usage(self, scope, since)
+
+
+def _wire(request: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A checked ``save_facts`` as sent: whose facts in the form the server's own check
+    takes (an owner key is not a user id: checked again, it would name another)."""
+    return ("save_facts", public_id(request[0]), *request[1:])
+
 
 def parse_save_facts(args: Sequence[Any]) -> tuple[Any, ...]:
     """Check a ``save_facts`` request (the handle's and the server's own check)."""
     user_id, facts, deletes, cursor, max_facts, evict, closes = args[:7]
     keep = check_keep(args[7]) if len(args) > 7 else KEEP_FACT_HISTORY
-    user_id = check_user(user_id)
+    user_id = check_owner(user_id)
     if type(facts) not in (list, tuple) or type(deletes) not in (list, tuple):
         raise ValueError("save_facts takes a list of facts and a list of keys to delete")
     checked = [check_fact(f) for f in facts]
-    if any(f.user_id != user_id for f in checked):
-        raise ValueError(f"save_facts for {user_id!r} was given another user's fact")
+    if any(owner_key(f.user_id) != user_id for f in checked):
+        raise ValueError(
+            f"save_facts for {public_id(user_id)!r} was given another user's (or scope's) fact"
+        )
     keys = [check_fact_key(k) for k in deletes]
     if cursor is not None:
         # (conv, position), or (conv, position, where it must be now) on the wire
         if not (type(cursor) is tuple and len(cursor) in (2, 3)):
             raise ValueError(f"a cursor is (conv, position), got {short_repr(cursor)}")
         conv, position = check_job(cursor[:2])
-        if conv.user_id != user_id:
-            raise ValueError(f"the cursor of {conv} is not {user_id!r}'s to move")
+        if conv.user_id != tenant_of(public_id(user_id)):
+            raise ValueError(f"the cursor of {conv} is not {public_id(user_id)!r}'s to move")
         expected = cursor[2] if len(cursor) == 3 else None
         if expected is not None and (type(expected) is not int or expected < 0):
             raise ValueError(f"cursor_from is an int >= 0, got {short_repr(expected)}")
@@ -175,6 +197,15 @@ def check_job(job: tuple[Any, Any]) -> tuple[Conv, int]:
     return conv, position
 
 
+def parse_join(args: Sequence[Any]) -> tuple[str, Conv]:
+    """Check a ``join_scope`` request: (the scope's owner key, the conversation)."""
+    scope, conv = args[0], as_conv(args[1])
+    if type(scope) is not Scope:
+        raise ValueError(f"join_scope takes a Scope, got {short_repr(scope)}")
+    check_member(scope, conv)
+    return owner_key(scope), conv
+
+
 def parse_longterm(kind: str, args: tuple[Any, ...]) -> tuple[str, Any]:
     """The server's check of a long-term request whose shape ``parse_request`` checked;
     ``ValueError`` names what is wrong."""
@@ -184,5 +215,7 @@ def parse_longterm(kind: str, args: tuple[Any, ...]) -> tuple[str, Any]:
         checked = check_profile(args[0])
         return kind, Profile(checked.user_id, checked.summary, checked.metadata, time.time())
     if kind == "delete_profile":
-        return kind, check_user(args[0])
+        return kind, check_owner(args[0])
+    if kind == "join_scope":
+        return kind, parse_join(args)
     return kind, check_job((args[0], args[1]))

@@ -1,15 +1,17 @@
 """Memory blocks: named, size-limited texts an agent edits through tools (Letta's core memory).
 
-A block belongs to an ``owner``, a plain str key: a user id, or a team (``"team:<name>"``).
+A block belongs to an ``owner``: a user id (the user's own block) or a ``Scope`` (an
+agent's, a run's, a team's: ``Scope("ann", team="alpha")``).
 Its ``label`` names it within the owner (``"persona"``, ``"notes"``), its ``value`` is text
 of at most ``limit`` characters. Every edit is one write of the store, run by the store's
 one writer, so two agents editing one block never lose an edit; an edit given an
 idempotency ``key`` the block has seen already is not applied again (a retried turn)::
 
-    store.set_block("team:alpha", "notes", "", limit=2000)
-    store.append_block("team:alpha", "notes", "ann: owns the parser", key="t1:call_1")
-    store.replace_block("team:alpha", "notes", "the parser", "the lexer", key="t2:call_1")
-    store.get_block("team:alpha", "notes").value   # 'ann: owns the lexer'
+    team = Scope("ann", team="alpha")
+    store.set_block(team, "notes", "", limit=2000)
+    store.append_block(team, "notes", "ann: owns the parser", key="t1:call_1")
+    store.replace_block(team, "notes", "the parser", "the lexer", key="t2:call_1")
+    store.get_block(team, "notes").value   # 'ann: owns the lexer'
 
 These are the rules every store applies (``apply_edit``): the stores keep a block's record
 (``block_as_list``) and run the edit on it in one write.
@@ -24,11 +26,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..messages import short_repr
 from ._base import StoreError
+from .scopes import Who, owner_key, public_id
 
 DEFAULT_BLOCK_LIMIT = 2000
 MAX_BLOCK_LIMIT = 100_000
 MAX_LABEL = 100
-MAX_OWNER = 200
 MAX_EDIT_KEY = 400
 EDIT_KEYS_KEPT = 256
 """How many of its newest edits' keys a block remembers: a retry is recognised among them."""
@@ -59,7 +61,7 @@ class Block:
     """One block as stored: ``version`` counts its edits (1 after the first), ``updated_at``
     is seconds since the epoch."""
 
-    owner: str
+    owner: Who
     label: str
     value: str
     limit: int
@@ -71,24 +73,24 @@ class Block:
 class BlockStore(Protocol):
     """What memory blocks need of a store (otpmem's three stores have it)."""
 
-    def get_block(self, owner: str, label: str) -> Block | None:
+    def get_block(self, owner: Who, label: str) -> Block | None:
         """The block, or None."""
 
-    def blocks(self, owner: str) -> list[Block]:
+    def blocks(self, owner: Who) -> list[Block]:
         """The owner's blocks, by label."""
 
     def append_block(
-        self, owner: str, label: str, text: str, *, limit: int | None = ..., key: str | None = ...
+        self, owner: Who, label: str, text: str, *, limit: int | None = ..., key: str | None = ...
     ) -> Block:
         """Append a line of text (a missing block is created)."""
 
     def replace_block(
-        self, owner: str, label: str, old: str, new: str, *, key: str | None = ...
+        self, owner: Who, label: str, old: str, new: str, *, key: str | None = ...
     ) -> Block:
         """Replace the one occurrence of ``old`` with ``new``."""
 
     def set_block(
-        self, owner: str, label: str, value: str, *, limit: int | None = ..., key: str | None = ...
+        self, owner: Who, label: str, value: str, *, limit: int | None = ..., key: str | None = ...
     ) -> Block:
         """Create or overwrite the block."""
 
@@ -97,13 +99,8 @@ class BlockStore(Protocol):
 
 
 def check_owner(owner: object) -> str:
-    """A block's owner: a non-empty str of at most 200 characters (a user id, ``team:x``)."""
-    if type(owner) is not str or not owner.strip() or len(owner) > MAX_OWNER:
-        raise ValueError(
-            f"a block owner is a non-empty str of at most {MAX_OWNER} characters (a user id "
-            f"or 'team:<name>'), got {short_repr(owner)}"
-        )
-    return owner
+    """The store key of a block's owner: a non-empty user id or a ``Scope``."""
+    return owner_key(owner, "a block owner")
 
 
 def check_label(label: object) -> str:
@@ -155,7 +152,7 @@ def parse_block_edit(message: tuple[Any, ...]) -> tuple[Any, ...]:
     _, kind, owner, label, a, b, limit, key = message
     if type(kind) is not str or kind not in EDIT_KINDS:
         raise ValueError(f"a block edit is one of {EDIT_KINDS}, got {short_repr(kind)}")
-    check_owner(owner)
+    owner = check_owner(owner)
     check_label(label)
     check_text(a, "the old text" if kind == "replace" else "the text")
     if kind == "replace":
@@ -185,8 +182,9 @@ Record = list[Any]
 
 
 def block_from_record(owner: str, label: str, record: Sequence[Any]) -> Block:
-    """The block a stored record holds."""
-    return Block(owner, label, record[0], int(record[1]), int(record[2]), float(record[3]))
+    """The block a stored record of the owner key ``owner`` holds."""
+    who = public_id(owner)
+    return Block(who, label, record[0], int(record[1]), int(record[2]), float(record[3]))
 
 
 def apply_edit(
@@ -199,7 +197,7 @@ def apply_edit(
     keys: list[str] = [] if record is None else list(record[4])
     if record is not None and key is not None and key in keys:
         return block_from_record(owner, label, record), None
-    where = f"block {owner}/{label}"
+    where = f"block {label!r} of {public_id(owner)!r}"
     if record is None:
         if kind == "replace":
             raise BlockNotFound(f"{where} does not exist: there is nothing to replace in")

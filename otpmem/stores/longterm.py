@@ -30,6 +30,7 @@ from ._fact_plan import KEEP_FACT_HISTORY as KEEP_FACT_HISTORY
 from ._fact_plan import CursorMoved as CursorMoved
 from ._fact_plan import FactLimitReached as FactLimitReached
 from ._fact_plan import checked_times
+from .scopes import Who, owner_key, public_id, tenant_of
 
 MAX_FACTS_PER_USER = 200
 USAGE_LOG_HORIZON = 400 * 86_400.0
@@ -50,6 +51,9 @@ _stamps = itertools.count()
 class Fact:
     """One thing known about a user: ``key`` -> ``value``, versioned from 1 on every change.
 
+    ``user_id`` is whose: a user id (the user's own scope) or a ``Scope`` (an agent's, a
+    run's, a team's); the store gives a user's own back as the id.
+
     ``source`` is the conversation and message position it came from, when known;
     ``version``, ``created_at`` and ``updated_at`` (seconds since the epoch) are set by the
     store. ``valid_from`` is when it became true (a datetime with a timezone or POSIX
@@ -57,7 +61,7 @@ class Fact:
     when it stopped (None: still true); a correction closes the old value.
     """
 
-    user_id: str
+    user_id: Who
     key: str
     value: str
     version: int = 0
@@ -70,9 +74,10 @@ class Fact:
 
 @dataclass(frozen=True)
 class Profile:
-    """A user's summary (injected before the history) and structured metadata."""
+    """A user's (or a ``Scope``'s) summary, injected before the history, and structured
+    metadata."""
 
-    user_id: str
+    user_id: Who
     summary: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
     updated_at: float = 0.0
@@ -117,7 +122,7 @@ class LongTermStore(Protocol):
 
     def save_facts(
         self,
-        user_id: str,
+        user_id: Who,
         facts: Sequence[Fact],
         deletes: Sequence[str] = (),
         *,
@@ -131,28 +136,28 @@ class LongTermStore(Protocol):
         """Upsert, close and delete several facts and move an extraction cursor (only from
         ``cursor_from``, when given: else ``CursorMoved``), in one write."""
 
-    def get_fact(self, user_id: str, key: str) -> Fact | None:
+    def get_fact(self, user_id: Who, key: str) -> Fact | None:
         """The fact, or None."""
 
-    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+    def get_facts(self, user_id: Who, as_of: float | datetime | None = None) -> list[Fact]:
         """Every fact of the user true now, by key; ``as_of``: those true then."""
 
-    def close_fact(self, user_id: str, key: str, valid_to: float | datetime | None = None) -> bool:
+    def close_fact(self, user_id: Who, key: str, valid_to: float | datetime | None = None) -> bool:
         """Mark the fact no longer true from ``valid_to`` (default now); False if none."""
 
-    def delete_fact(self, user_id: str, key: str) -> bool:
+    def delete_fact(self, user_id: Who, key: str) -> bool:
         """Delete it (its history stays); False if there was none."""
 
-    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+    def fact_history(self, user_id: Who, key: str) -> list[Fact]:
         """The values superseded (or deleted), oldest first: the newest ``keep_history``."""
 
     def save_profile(self, profile: Profile) -> Profile:
         """Replace the user's profile."""
 
-    def get_profile(self, user_id: str) -> Profile | None:
+    def get_profile(self, user_id: Who) -> Profile | None:
         """The profile, or None."""
 
-    def delete_profile(self, user_id: str) -> bool:
+    def delete_profile(self, user_id: Who) -> bool:
         """Delete it; False if there was none."""
 
     def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
@@ -177,7 +182,7 @@ class FactStamps(Protocol):
     """A store that stamps every change to a user's facts (otpmem's three do): long-term
     memory keeps a user's ranked facts while the stamp it read them under stays."""
 
-    def facts_stamp(self, user_id: str) -> bytes | None:
+    def facts_stamp(self, user_id: Who) -> bytes | None:
         """A value that every write changing the user's facts changes, and that names one
         state of them (equal stamps, equal facts); None when the store knows none (no
         facts, or facts older than stamps)."""
@@ -209,11 +214,19 @@ def check_fact_key(key: object) -> str:
     return key
 
 
+def check_owner(who: object) -> str:
+    """The store key of whose long-term records (a non-empty user id or a ``Scope``)."""
+    return owner_key(who)
+
+
 def check_fact(fact: object) -> Fact:
-    """A Fact with a valid user, key, value and source, ready to store."""
+    """A Fact with a valid user (or scope), key, value and source, ready to store; a user's
+    own scope given as a Scope becomes the user id."""
     if not isinstance(fact, Fact):
         raise TypeError(f"save_fact takes a Fact, got {short_repr(fact)}")
-    check_user(fact.user_id)
+    who = public_id(owner_key(fact.user_id))
+    if who != fact.user_id or type(who) is not type(fact.user_id):
+        fact = replace(fact, user_id=who)
     check_fact_key(fact.key)
     if type(fact.value) is not str or len(fact.value) > MAX_FACT_VALUE:
         raise ValueError(
@@ -226,7 +239,7 @@ def check_fact(fact: object) -> Fact:
         conv, position = as_conv(fact.source[0]), fact.source[1]
         if type(position) is not int or position < 0:
             raise ValueError(f"fact {fact.key!r}: source position must be an int >= 0")
-        if conv.user_id != fact.user_id:
+        if conv.user_id != tenant_of(fact.user_id):
             raise ValueError(
                 f"fact {fact.key!r} of {fact.user_id!r} cannot come from {conv}: another "
                 "user's conversation"
@@ -249,13 +262,13 @@ def check_profile(profile: object) -> Profile:
     ValueError naming the field)."""
     if not isinstance(profile, Profile):
         raise TypeError(f"save_profile takes a Profile, got {short_repr(profile)}")
-    check_user(profile.user_id)
+    who = public_id(owner_key(profile.user_id))
     if type(profile.summary) is not str:
         raise ValueError(f"a profile summary is a str, got {short_repr(profile.summary)}")
     if not isinstance(profile.metadata, dict):
         raise ValueError(f"profile metadata is a dict, got {short_repr(profile.metadata)}")
     metadata = thaw(freeze_value(profile.metadata, "metadata"))
-    return replace(profile, metadata=metadata)
+    return replace(profile, user_id=who, metadata=metadata)
 
 
 def check_since(since: object) -> float | None:
@@ -318,7 +331,7 @@ def fact_as_list(fact: Fact) -> list[Any]:
         conv, position = fact.source
         source = [conv.user_id, conv.conversation_id, position]
     return [
-        fact.user_id,
+        owner_key(fact.user_id),
         fact.key,
         fact.value,
         fact.version,
@@ -336,7 +349,7 @@ def fact_from_list(raw: Sequence[Any]) -> Fact:
     source = raw[6]
     began, ended = (raw[7], raw[8]) if len(raw) > 8 else (None, None)
     return Fact(
-        raw[0],
+        public_id(raw[0]),
         raw[1],
         raw[2],
         int(raw[3]),

@@ -35,6 +35,7 @@ from ..messages import Conv, InvalidMessage
 from ._conformance import IdempotencyConformance, PinnedIndexConformance
 from ._conformance_holds import ReservationConformance
 from ._conformance_longterm import FactsInTimeConformance, LongTermConformance
+from ._conformance_scopes import ScopesConformance
 
 WAIT = 10.0
 
@@ -43,6 +44,7 @@ __all__ = [
     "FactsInTimeConformance",
     "LongTermConformance",
     "ReservationConformance",
+    "ScopesConformance",
 ]
 
 

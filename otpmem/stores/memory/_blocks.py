@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..blocks import Block, apply_edit, block_from_record, check_label, check_owner
+from ..scopes import Who
 from . import _longterm as lt
 
 
@@ -15,13 +16,14 @@ def key(owner: str) -> Any:
     return lt.key("blocks", owner)
 
 
-def edit(table: Any, arg: tuple[Any, ...]) -> Block:
-    """Run a parsed edit, under the store's write lock: the edits of a block take turns."""
+def edit(table: Any, arg: tuple[Any, ...], listing: Mapping[Any, Any]) -> Block:
+    """Run a parsed edit, under the store's write lock: the edits of a block take turns
+    (``listing``: what lists a scope's owner under its user, written with the edit)."""
     owner, label = arg[1], arg[2]
     current: dict[str, Any] = table.mapping().get(key(owner), {})
     block, record = apply_edit(current.get(label), arg)
     if record is not None:
-        table.update({key(owner): {**current, label: record}})
+        table.update({key(owner): {**current, label: record}, **listing})
     return block
 
 
@@ -34,13 +36,14 @@ class MemoryBlockReads:
 
         def _mapping(self) -> Mapping[Any, Any]: ...
 
-    def get_block(self, owner: str, label: str) -> Block | None:
+    def get_block(self, owner: Who, label: str) -> Block | None:
         """The block, or None."""
-        records = self._mapping().get(key(check_owner(owner)), {})
-        record = records.get(check_label(label))
-        return None if record is None else block_from_record(owner, label, record)
+        stored = check_owner(owner)
+        record = self._mapping().get(key(stored), {}).get(check_label(label))
+        return None if record is None else block_from_record(stored, label, record)
 
-    def blocks(self, owner: str) -> list[Block]:
+    def blocks(self, owner: Who) -> list[Block]:
         """The owner's blocks, by label."""
-        records = self._mapping().get(key(check_owner(owner)), {})
-        return [block_from_record(owner, label, records[label]) for label in sorted(records)]
+        stored = check_owner(owner)
+        records = self._mapping().get(key(stored), {})
+        return [block_from_record(stored, label, records[label]) for label in sorted(records)]

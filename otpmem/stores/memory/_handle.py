@@ -17,6 +17,7 @@ from .._longterm_client import LongTermClient
 from ..reservations import Reservation, ReserveArgs
 from . import _longterm as lt
 from ._blocks import MemoryBlockReads
+from ._scopes import ScopeReads
 from ._snapshot import Snapshot, TableKey, table_key
 from ._users import UserIndex, UserKey
 
@@ -34,6 +35,7 @@ class MemoryStoreHandle(
     BlocksClient,
     lt.TableReads,
     MemoryBlockReads,
+    ScopeReads,
     Handle,
 ):
     """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a

@@ -23,10 +23,12 @@ from ..longterm import (
     Usage,
     batch_usage,
     check_fact_key,
+    check_owner,
     check_since,
     check_user,
     new_stamp,
 )
+from ..scopes import Who, owner_key
 
 MARK = "\x00otpmem.longterm"
 LongTermKey = tuple[str, str, Any]
@@ -87,8 +89,12 @@ def user_records(user_id: str, convs: Sequence[Conv]) -> list[LongTermKey]:
     """Every long-term record of a user whose conversations are ``convs``: the records of a
     conversation that outlive its clear (when it was cleared, its cursor) are kept under
     its user, so a forget needs no scan of the table."""
-    kinds = ("facts", "stamp", "history", "profile", "user_usage", "log", "cleared", "cursors")
-    return [key(kind, user_id) for kind in kinds] + [key("conv_usage", c) for c in convs]
+    # The records of the user's own scope are under its owner key; those of the user's
+    # conversations under the user id, as the conversations are.
+    owner = owner_key(user_id)
+    owned = [key(kind, owner) for kind in ("facts", "stamp", "history", "profile")]
+    kinds = ("user_usage", "log", "cleared", "cursors")
+    return owned + [key(kind, user_id) for kind in kinds] + [key("conv_usage", c) for c in convs]
 
 
 def _without(mapping: Mapping[Any, Any], record: LongTermKey, conv: Conv) -> dict[Conv, Any]:
@@ -168,37 +174,38 @@ def job_puts(mapping: Mapping[Any, Any], conv: Conv, upto: int) -> dict[LongTerm
 # -- reads, on any thread ----------------------------------------------------------------------
 
 
-def read_facts(mapping: Mapping[Any, Any], user_id: str, as_of: Any = None) -> list[Fact]:
+def read_facts(mapping: Mapping[Any, Any], user_id: Who, as_of: Any = None) -> list[Fact]:
     """A user's facts true now, by key; ``as_of``: those true then."""
     at = as_seconds(as_of, "as_of")
-    facts: dict[str, Fact] = mapping.get(key("facts", check_user(user_id)), {})
+    owner = check_owner(user_id)
+    facts: dict[str, Fact] = mapping.get(key("facts", owner), {})
     if at is None:
         return [facts[k] for k in sorted(facts)]
-    history: dict[str, tuple[Fact, ...]] = mapping.get(key("history", user_id), {})
+    history: dict[str, tuple[Fact, ...]] = mapping.get(key("history", owner), {})
     return facts_as_of(facts.values(), (f for old in history.values() for f in old), at)
 
 
-def read_fact(mapping: Mapping[Any, Any], user_id: str, fact_key: str) -> Fact | None:
+def read_fact(mapping: Mapping[Any, Any], user_id: Who, fact_key: str) -> Fact | None:
     """One fact, or None."""
-    facts: dict[str, Fact] = mapping.get(key("facts", check_user(user_id)), {})
+    facts: dict[str, Fact] = mapping.get(key("facts", check_owner(user_id)), {})
     return facts.get(check_fact_key(fact_key))
 
 
-def read_stamp(mapping: Mapping[Any, Any], user_id: str) -> bytes | None:
+def read_stamp(mapping: Mapping[Any, Any], user_id: Who) -> bytes | None:
     """The stamp of the user's last change of facts, or None."""
-    stamp: bytes | None = mapping.get(key("stamp", check_user(user_id)))
+    stamp: bytes | None = mapping.get(key("stamp", check_owner(user_id)))
     return stamp
 
 
-def read_history(mapping: Mapping[Any, Any], user_id: str, fact_key: str) -> list[Fact]:
+def read_history(mapping: Mapping[Any, Any], user_id: Who, fact_key: str) -> list[Fact]:
     """The superseded values of one fact, oldest first."""
-    history = mapping.get(key("history", check_user(user_id)), {})
+    history = mapping.get(key("history", check_owner(user_id)), {})
     return list(history.get(check_fact_key(fact_key), ()))
 
 
-def read_profile(mapping: Mapping[Any, Any], user_id: str) -> Profile | None:
+def read_profile(mapping: Mapping[Any, Any], user_id: Who) -> Profile | None:
     """A user's profile, or None."""
-    profile: Profile | None = mapping.get(key("profile", check_user(user_id)))
+    profile: Profile | None = mapping.get(key("profile", check_owner(user_id)))
     return profile
 
 
@@ -265,23 +272,23 @@ class TableReads:
 
         def _mapping(self) -> dict[Any, Any]: ...
 
-    def get_fact(self, user_id: str, key: str) -> Fact | None:
+    def get_fact(self, user_id: Who, key: str) -> Fact | None:
         """The fact, or None."""
         return read_fact(self._mapping(), user_id, key)
 
-    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+    def get_facts(self, user_id: Who, as_of: float | datetime | None = None) -> list[Fact]:
         """Every fact of the user true now, by key; ``as_of``: those true then."""
         return read_facts(self._mapping(), user_id, as_of)
 
-    def facts_stamp(self, user_id: str) -> bytes | None:
+    def facts_stamp(self, user_id: Who) -> bytes | None:
         """The stamp of the last change of the user's facts (``FactStamps``), or None."""
         return read_stamp(self._mapping(), user_id)
 
-    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+    def fact_history(self, user_id: Who, key: str) -> list[Fact]:
         """The values superseded or deleted, oldest first."""
         return read_history(self._mapping(), user_id, key)
 
-    def get_profile(self, user_id: str) -> Profile | None:
+    def get_profile(self, user_id: Who) -> Profile | None:
         """The profile, or None."""
         return read_profile(self._mapping(), user_id)
 

@@ -48,7 +48,8 @@ from .._write_rules import CALLER_ERRORS, NO_KEYS, admits
 from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
-from . import _blocks
+from ..scopes import owner_key
+from . import _blocks, _scopes
 from . import _longterm as lt
 from ._handle import WRITES_HERE, MemoryStoreHandle
 from ._snapshot import Snapshot, TableKey, table_key
@@ -209,7 +210,9 @@ class MemoryStore(GenServer):
         if is_reservation(message):
             return self._hold(*parse_reservation(message, "MemoryStore"))
         if is_block_edit(message):
-            return _blocks.edit(self.table, parse_block_edit(message))
+            edit = parse_block_edit(message)
+            listing = _scopes.listed(self.table.mapping(), edit[1])
+            return _blocks.edit(self.table, edit, listing)
         kind, arg = parse_request(message, "MemoryStore", REQUESTS)
         if kind in LONGTERM_KINDS:
             return self._longterm(kind, arg)
@@ -227,7 +230,13 @@ class MemoryStore(GenServer):
             convs = [] if index is None else index[0][: index[1]]
             records = lt.user_records(arg, convs)
             # One step: the index, the conversations and the records go together.
-            gone = [UserKey(arg), *convs, *records, _blocks.key(arg)]  # the user's own blocks
+            gone = [
+                UserKey(arg),
+                *convs,
+                *records,
+                _blocks.key(owner_key(arg)),
+            ]  # the user's own blocks
+            gone += _scopes.forget_records(rows, arg)  # and everything of the user's scopes
             self.table.update(lt.forget_puts(rows, arg), gone)
         else:  # "adopted", the only other request parse_request lets through
             return self.adopted
@@ -299,14 +308,19 @@ class MemoryStore(GenServer):
             user_id = arg[0]
             saved, puts = lt.fact_write(mapping, *arg)
             before: set[str] = set(mapping.get(lt.key("facts", user_id), {}))
+            puts.update(_scopes.listed(mapping, user_id))
             self.table.update(puts)
             after: set[str] = set(puts[lt.key("facts", user_id)])
             return saved, sorted(before - after)
         if kind == "save_profile":
-            self.table.update({lt.key("profile", arg.user_id): arg})
+            owner = owner_key(arg.user_id)
+            self.table.update({lt.key("profile", owner): arg, **_scopes.listed(mapping, owner)})
             return arg
         if kind == "delete_profile":
             return self.table.pop(lt.key("profile", arg)) is not None
+        if kind == "join_scope":
+            self.table.update(_scopes.join_puts(mapping, *arg))
+            return None
         conv, upto = arg
         self.table.update(lt.job_puts(mapping, conv, upto))
         return None

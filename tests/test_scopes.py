@@ -1,0 +1,20 @@
+"""Scopes beyond the user (issue 30, item 1): the conformance cases on every store, tenancy
+between users across every scope as a property over adversarial ids, and reopened stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from otpmem.stores import MemoryStore
+from otpmem.stores.testing import ScopesConformance
+
+
+class TestMemoryStore(ScopesConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        store = MemoryStore.start_link()
+        yield store
+        store.stop()
