@@ -275,7 +275,7 @@ def test_a_version_2_postgres_schema_opens_with_unknown_times(
     finally:
         again.stop()
     with psycopg.connect(postgres_dsn) as conn:
-        assert conn.execute(f"SELECT version FROM {ns}.schema_version").fetchall() == [(3,)]
+        assert conn.execute(f"SELECT version FROM {ns}.schema_version").fetchall() == [(4,)]
 
 
 # -- extraction: a fact is true from the turn that said it -------------------------------------

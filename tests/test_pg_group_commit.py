@@ -192,8 +192,8 @@ def test_a_version_1_schema_is_migrated_in_place(postgres_dsn: str, pg_namespace
     again = PostgresStore.start_link(postgres_dsn, namespace=ns)
     try:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            # Migrated in place, step by step, to the newest schema (3: facts in time).
-            assert conn.execute(f"SELECT version FROM {ns}.schema_version").fetchall() == [(3,)]
+            # Migrated in place, step by step, to the newest schema (4: scopes).
+            assert conn.execute(f"SELECT version FROM {ns}.schema_version").fetchall() == [(4,)]
             index = conn.execute(
                 "SELECT 1 FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
                 (ns, "idempotency_keys_order"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from otpmem.stores import MemoryStore
+from otpmem.stores import MemoryStore, PostgresStore
 from otpmem.stores.testing import ScopesConformance
 
 
@@ -16,5 +16,13 @@ class TestMemoryStore(ScopesConformance):
     @pytest.fixture
     def store(self) -> Iterator[Any]:
         store = MemoryStore.start_link()
+        yield store
+        store.stop()
+
+
+class TestPostgresStore(ScopesConformance):
+    @pytest.fixture
+    def store(self, postgres_dsn: str, pg_namespace: str) -> Iterator[Any]:
+        store = PostgresStore.start_link(postgres_dsn, namespace=pg_namespace)
         yield store
         store.stop()

@@ -2,6 +2,8 @@
 
     memory_blocks (owner, label, value, max_chars, version, updated_at, edit_keys)
 
+``owner`` is the owner key (``scopes.owner_key``) as ``_scopes.stored_owner`` holds it.
+
 Every edit of a block first takes a transaction-scoped advisory lock on it, so edits from
 any number of threads and nodes take turns (a block not yet created included); within it,
 the record is read, ``apply_edit`` decides, and the new record is upserted.
@@ -17,6 +19,8 @@ from psycopg import sql
 from ...actors import blocking
 from .._blocks_client import BlocksClient
 from ..blocks import Block, apply_edit, block_from_record, check_label, check_owner
+from ..scopes import Who
+from ._scopes import ScopeWrites, stored_owner
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS {ns}.memory_blocks (
@@ -56,10 +60,12 @@ class BlockWrites:
         self.namespace = namespace
         self.read = sql.SQL(_READ).format(ns=ns)
         self.upsert = sql.SQL(_UPSERT).format(ns=ns)
+        self.scopes = ScopeWrites(namespace)
 
     def edit(self, cur: Any, arg: tuple[Any, ...]) -> Block:
-        """Lock the block, read it, apply the edit, write it back."""
-        owner, label = arg[1], arg[2]
+        """Lock the block, read it, apply the edit, write it back (``arg[1]``: the owner
+        key, listed with the edit when it is a scope's)."""
+        owner, label = self.scopes.enter(cur, arg[1]), arg[2]
         lock = f"otpmem.block.{self.namespace}.{len(owner)}:{owner}/{label}"
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
         row = cur.execute(self.read, (owner, label)).fetchone()
@@ -88,12 +94,14 @@ class PostgresBlocks(BlocksClient):
 
         return blocking(fetch)
 
-    def get_block(self, owner: str, label: str) -> Block | None:
+    def get_block(self, owner: Who, label: str) -> Block | None:
         """The block, or None."""
-        rows = self._block_rows(_READ, (check_owner(owner), check_label(label)))
-        return block_from_record(owner, label, rows[0]) if rows else None
+        key = check_owner(owner)
+        rows = self._block_rows(_READ, (stored_owner(key), check_label(label)))
+        return block_from_record(key, label, rows[0]) if rows else None
 
-    def blocks(self, owner: str) -> list[Block]:
+    def blocks(self, owner: Who) -> list[Block]:
         """The owner's blocks, by label."""
-        rows = self._block_rows(_LIST, (check_owner(owner),))
-        return [block_from_record(owner, row[0], row[1:]) for row in rows]
+        key = check_owner(owner)
+        rows = self._block_rows(_LIST, (stored_owner(key),))
+        return [block_from_record(key, row[0], row[1:]) for row in rows]

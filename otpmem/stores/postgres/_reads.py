@@ -22,11 +22,14 @@ from ..longterm import (
     Profile,
     Usage,
     check_fact_key,
+    check_owner,
     check_since,
     check_user,
     fact_from_list,
 )
+from ..scopes import Who, public_id
 from ._schema import from_user_key, user_key
+from ._scopes import READS, stored_owner
 from ._writes import as_decimal
 
 _SQL = {
@@ -84,12 +87,17 @@ _SQL = {
 def compose(namespace: str) -> dict[str, sql.Composed]:
     """The read statements of one namespace."""
     ns = sql.Identifier(namespace)
-    return {name: sql.SQL(text).format(ns=ns) for name, text in _SQL.items()}
+    return {name: sql.SQL(text).format(ns=ns) for name, text in {**_SQL, **READS}.items()}
 
 
 def _unpack(raw: bytes) -> dict[str, Any]:
     message: dict[str, Any] = msgpack.unpackb(raw, raw=False)
     return message
+
+
+def _owner(who: Who) -> str:
+    """The column value of whose long-term records (a user id or a Scope)."""
+    return stored_owner(check_owner(who))
 
 
 def _usage(row: Any) -> Usage:
@@ -176,42 +184,43 @@ class PostgresReads:
         )
         return int(rows[0][0]) if rows else None
 
-    def get_fact(self, user_id: str, key: str) -> Fact | None:
+    def get_fact(self, user_id: Who, key: str) -> Fact | None:
         """The fact, or None."""
-        rows = self._rows("fact", (check_user(user_id), check_fact_key(key)))
+        rows = self._rows("fact", (_owner(user_id), check_fact_key(key)))
         return fact_from_list(msgpack.unpackb(rows[0][0])) if rows else None
 
-    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+    def get_facts(self, user_id: Who, as_of: float | datetime | None = None) -> list[Fact]:
         """Every fact of the user true now, by key; ``as_of``: those true then."""
         at = as_seconds(as_of, "as_of")
-        user_id = check_user(user_id)
+        owner = _owner(user_id)
         if at is None:
-            rows = self._rows("facts", (user_id,))
+            rows = self._rows("facts", (owner,))
             return [fact_from_list(msgpack.unpackb(r[0])) for r in rows]
-        rows = self._rows("facts_as_of", (user_id, user_id, at, at))
+        rows = self._rows("facts_as_of", (owner, owner, at, at))
         current = [fact_from_list(msgpack.unpackb(r[1])) for r in rows if not r[0]]
         history = [fact_from_list(msgpack.unpackb(r[1])) for r in rows if r[0]]
         return facts_as_of(current, history, at)
 
-    def facts_stamp(self, user_id: str) -> bytes | None:
+    def facts_stamp(self, user_id: Who) -> bytes | None:
         """The digest of the user's fact rows' keys and versions (``FactStamps``): a write
         to them, from any node, changes it; None for a user with no facts."""
-        rows = self._rows("facts_stamp", (check_user(user_id),))
+        rows = self._rows("facts_stamp", (_owner(user_id),))
         digest = rows[0][0] if rows else None
         return None if digest is None else str(digest).encode()
 
-    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+    def fact_history(self, user_id: Who, key: str) -> list[Fact]:
         """The values superseded or deleted, oldest first."""
-        rows = self._rows("history", (check_user(user_id), check_fact_key(key)))
+        rows = self._rows("history", (_owner(user_id), check_fact_key(key)))
         return [fact_from_list(msgpack.unpackb(r[0])) for r in rows]
 
-    def get_profile(self, user_id: str) -> Profile | None:
+    def get_profile(self, user_id: Who) -> Profile | None:
         """The profile, or None."""
-        rows = self._rows("profile", (check_user(user_id),))
+        owner = check_owner(user_id)
+        rows = self._rows("profile", (stored_owner(owner),))
         if not rows:
             return None
         summary, metadata, updated_at = msgpack.unpackb(rows[0][0])
-        return Profile(user_id, summary, metadata, updated_at)
+        return Profile(public_id(owner), summary, metadata, updated_at)
 
     def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
         """The conversation's recorded usage (one row; ``since``: a window of its log)."""

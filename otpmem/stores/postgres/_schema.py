@@ -10,7 +10,11 @@ user is stored under the user key ``''`` (user ids are non-empty, so it cannot c
   pinned index (system and pinned messages and the newest summary);
 - ``idempotency_keys``: the keys of each conversation, with their batch's position (those
   older than its newest ``KEYS_KEPT`` are forgotten);
-- ``facts``, ``fact_history``, ``profiles``, ``user_usage``, ``usage_log``, ``cleared``.
+- ``facts``, ``fact_history``, ``profiles``, ``user_usage``, ``usage_log``, ``cleared``;
+- ``scopes``, ``scope_members`` (see ``_scopes``): each user's scopes, and who joined one.
+
+Facts, their history, profiles and memory blocks are keyed by owner key (``scopes.owner_key``,
+as ``_scopes.stored_owner`` holds it), conversations and usage by the raw user id.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ from psycopg import sql
 from .. import longterm
 from .._base import StoreUnavailable
 from ._leases import lease_lock_prefix
+from ._scopes import TABLES as SCOPE_TABLES
+from ._scopes import rekey_marked
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: the append function of group commits; 3: ``fact_history`` has the times of its
-facts as columns (``valid_from``, ``valid_to``; NULL for rows from before)."""
+facts as columns (``valid_from``, ``valid_to``; NULL for rows from before); 4: scopes
+(their tables, and a user id that begins with ``scopes.MARK`` keyed by its owner key)."""
 _NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 _TABLES = """
@@ -301,6 +308,8 @@ TABLES = (
     "user_usage",
     "usage_log",
     "cleared",
+    "scopes",
+    "scope_members",
 )
 
 
@@ -322,6 +331,7 @@ def ensure_schema(conn: Any, namespace: str) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"otpmem.schema.{namespace}",))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {ns}").format(ns=ns))
         conn.execute(sql.SQL(_TABLES).format(ns=ns))
+        conn.execute(sql.SQL(SCOPE_TABLES).format(ns=ns))
         row = conn.execute(
             sql.SQL("SELECT max(version) FROM {ns}.schema_version").format(ns=ns)
         ).fetchone()
@@ -341,6 +351,8 @@ def ensure_schema(conn: Any, namespace: str) -> None:
             if version is None or version < 2:
                 conn.execute(sql.SQL(_MIGRATE_TO_2).format(ns=ns))
             conn.execute(sql.SQL(_MIGRATE_TO_3).format(ns=ns))
+            if version is not None and version < 4:
+                rekey_marked(conn, namespace)
             conn.execute(sql.SQL("DELETE FROM {ns}.schema_version").format(ns=ns))
             conn.execute(
                 sql.SQL("INSERT INTO {ns}.schema_version VALUES (%s)").format(ns=ns),

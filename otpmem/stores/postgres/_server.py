@@ -45,24 +45,25 @@ from .._base import (
     STORE_PERIOD,
     StoreUnavailable,
 )
-from .._client import StoreClient, parse_request
+from .._client import StoreClient
 from .._holds import ReservationClient
 from .._longterm_client import LONGTERM_KINDS, LongTermClient
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
-from ..blocks import BLOCK_EDIT, is_block_edit, parse_block_edit
-from ..reservations import RESERVATION_KINDS, abandoned_hold, is_reservation, parse_reservation
-from ._blocks import BlockWrites, PostgresBlocks, ensure_blocks
+from ..blocks import BLOCK_EDIT
+from ..reservations import RESERVATION_KINDS, abandoned_hold
+from ._blocks import PostgresBlocks, ensure_blocks
 from ._commit import Committing, FencedAdd, FenceOf, refused
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dir, embedded_dsn
 from ._group_commit import GroupCommit
-from ._holds import Holds, ensure_holds
+from ._holds import ensure_holds
 from ._leases import ensure_leases
 from ._pool import CONNECT_TIMEOUT, open_pool, pooled, unavailable
 from ._reads import PostgresReads, compose
+from ._requests import Requests
 from ._schema import check_namespace, ensure_schema
-from ._writes import Writes
+from ._scopes import ScopeReads
 
 logger = logging.getLogger("otpmem.stores")
 
@@ -143,10 +144,16 @@ def schema_exists(dsn: str, namespace: str) -> bool:
 
 
 class PostgresStoreHandle(
-    PostgresReads, StoreClient, LongTermClient, ReservationClient, PostgresBlocks, Handle
+    PostgresReads,
+    StoreClient,
+    LongTermClient,
+    ReservationClient,
+    PostgresBlocks,
+    ScopeReads,
+    Handle,
 ):
-    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a
-    PostgresStore."""
+    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``, ``BlockStore``,
+    ``ScopeStore``) face of a PostgresStore."""
 
     __slots__ = ()
 
@@ -328,9 +335,8 @@ class PostgresStore(Committing, GenServer):
             raise
         self.namespace = namespace
         self.fence = fence
-        self.writes = Writes(namespace)
-        self.holds = Holds(namespace)
-        self.blocks = BlockWrites(namespace)
+        self.requests = Requests(namespace)
+        self.writes = self.requests.writes
         self.reads = compose(namespace)
         self._pool_closed = pool_module.PoolClosed
         self._rollback = psycopg.errors.TransactionRollback
@@ -358,42 +364,11 @@ class PostgresStore(Committing, GenServer):
     def perform(self, message: tuple[Any, ...], owner: object) -> Any:
         """Run one store request as one transaction, on the calling thread (an add joins
         the adds of other threads in one, as a group commit)."""
-        work, args = self._work(message)
+        work, args = self.requests.work(message)
         if work == self.writes.append:
             return self.group.submit((args, None if self.fence is None else self.fence(args[0])))
         with self._caller_errors(owner), self._cursor() as (conn, cur):
             return self._in_transaction(conn, lambda: work(cur, *args))
-
-    def _work(self, message: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        if is_reservation(message):
-            kind, arg = parse_reservation(message, "PostgresStore")
-            if kind == "release":
-                return self.holds.release, (arg,)
-            return self.holds.reserve, arg
-        if is_block_edit(message):
-            return self.blocks.edit, (parse_block_edit(message),)
-        kind, arg = parse_request(message, "PostgresStore")
-        if kind in LONGTERM_KINDS:
-            work: dict[str, Callable[..., Any]] = {
-                "save_facts": self.writes.save_facts,
-                "save_profile": self.writes.save_profile,
-                "delete_profile": self.writes.delete_profile,
-                "request_extraction": self.writes.request_extraction,
-            }
-            return work[kind], arg if isinstance(arg, tuple) else (arg,)
-        if kind == "add":
-            return self.writes.append, arg
-        if kind == "import":
-            return self._import, (arg,)
-        if kind == "clear":
-            return self.writes.clear, (arg,)
-        return self.writes.forget_user, (arg,)
-
-    def _import(self, cur: Any, entries: list[Any]) -> None:
-        # As one group: its locks taken in the one order every group takes them.
-        adds = [(conv, batch, key, None) for conv, batch, key in entries if batch]
-        if adds:
-            self.writes.append_group(cur, adds)
 
 
 __all__ = ["PostgresStore", "PostgresStoreHandle", "connected", "schema_exists"]

@@ -30,8 +30,10 @@ from ..longterm import (
     fact_as_list,
     fact_from_list,
 )
+from ..scopes import owner_key
 from ._leases import Fence
 from ._schema import FENCES_LOST, user_key
+from ._scopes import ScopeWrites, stored_owner
 
 Add = CheckedAdd
 """One add as every store takes it: the conversation, the batch, its key, the key it follows."""
@@ -87,6 +89,8 @@ _FORGET = (
     "usage_log",
     "cleared",
 )
+"""The tables of a user's conversations, keyed by the raw user id (the owner-keyed ones are
+``_scopes.OWNED``)."""
 
 
 class FencesLost(Exception):
@@ -109,15 +113,8 @@ class Writes:
                 ns=ns, table=sql.Identifier(table)
             )
             for table in _FORGET
-        ] + [
-            sql.SQL("DELETE FROM {ns}.{table} WHERE user_id = %s").format(
-                ns=ns, table=sql.Identifier(table)
-            )
-            for table in ("facts", "fact_history", "profiles")
-        ] + [
-            # The user's own memory blocks (a team's blocks are the team's, not a user's).
-            sql.SQL("DELETE FROM {ns}.memory_blocks WHERE owner = %s").format(ns=ns)
         ]
+        self.scopes = ScopeWrites(namespace)
 
     def _lock(self, cur: Any, conv: Conv) -> None:
         where = (user_key(conv.user_id), conv.conversation_id)
@@ -190,15 +187,19 @@ class Writes:
         cur.execute(self.q["mark_cleared"], (*where, time.time()))
 
     def forget_user(self, cur: Any, user_id: str) -> None:
-        """Delete everything of one user."""
-        cur.execute(self.q["lock_user"], (f"otpmem.facts.{user_id}",))
-        # No add of the user under way or to come until this commits (each add holds the
-        # user's lock shared); then the conversation rows in the order a group commit locks
-        # them, before the deletes lock them in whatever order they find them.
-        cur.execute(self.q["lock_user_adds"], (user_id,))
-        cur.execute(self.q["lock_user_convs"], (user_id,))
-        for statement in self.forget:
-            cur.execute(statement, (user_id,))
+        """Delete everything of one user: their conversations, their own scope's records
+        and every scope of theirs."""
+        own = self.scopes.lock_out(cur, user_id)
+        cur.execute(self.q["lock_user"], (f"otpmem.facts.{own}",))
+        if "\x00" not in user_id:  # else no conversation of theirs is held: text holds no NUL
+            # No add of the user under way or to come until this commits (each add holds
+            # the user's lock shared); then the conversation rows in the order a group
+            # commit locks them, before the deletes lock them in whatever order they find them.
+            cur.execute(self.q["lock_user_adds"], (user_id,))
+            cur.execute(self.q["lock_user_convs"], (user_id,))
+            for statement in self.forget:
+                cur.execute(statement, (user_id,))
+        self.scopes.forget(cur, user_id)
 
     def save_facts(
         self,
@@ -212,9 +213,10 @@ class Writes:
         closes: Mapping[str, float],
         keep: int,
     ) -> tuple[list[Fact], list[str]]:
-        """One user's facts, their history (each key's cut to its newest ``keep``) and a
-        cursor (compared first, under its row lock, when ``cursor_from`` was given), in the
-        caller's transaction."""
+        """One owner's facts (``user_id``: its owner key), their history (each key's cut to
+        its newest ``keep``) and a cursor (compared first, under its row lock, when
+        ``cursor_from`` was given), in the caller's transaction."""
+        user_id = self.scopes.enter(cur, user_id)  # from here on, as the columns hold it
         cur.execute(self.q["lock_user"], (f"otpmem.facts.{user_id}",))
         if cursor is not None:
             conv, position, expected = cursor
@@ -243,13 +245,14 @@ class Writes:
 
     def save_profile(self, cur: Any, profile: Profile) -> Profile:
         """Replace a profile."""
+        owner = self.scopes.enter(cur, owner_key(profile.user_id))
         record = msgpack.packb([profile.summary, dict(profile.metadata), profile.updated_at])
-        cur.execute(self.q["put_profile"], (profile.user_id, record))
+        cur.execute(self.q["put_profile"], (owner, record))
         return profile
 
     def delete_profile(self, cur: Any, user_id: str) -> bool:
-        """Delete a profile; whether there was one."""
-        cur.execute(self.q["delete_profile"], (user_id,))
+        """Delete a profile (``user_id``: its owner key); whether there was one."""
+        cur.execute(self.q["delete_profile"], (stored_owner(user_id),))
         return bool(cur.rowcount)
 
     def request_extraction(self, cur: Any, conv: Conv, upto: int) -> None:
