@@ -2,8 +2,9 @@
 
 A directory written by wave 1 (layout 1: messages and meta only) is brought to layout 2 on
 its first open, once: its pinned index is built from the messages, so no stored system
-message goes missing from a window. A layout-2 directory becomes layout 3 by its number
-alone (its facts read with unknown times).
+message goes missing from a window. A layout-2 or layout-3 directory becomes layout 4 by
+its number alone (layout 2's facts read with unknown times; neither holds a scope's
+record, so the scope registry and members start empty).
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ def ensure_layout(db: Any, path: str) -> None:
                 f"the LevelDB store at {path!r} has key layout {version}, written by a newer "
                 f"otpmem; this one reads layouts up to {keys.LAYOUT_VERSION}"
             )
-        if version < keys.LAYOUT_VERSION:  # 2 -> 3: facts gain times, no record changes
+        # 2 -> 3: facts gain times; 3 -> 4: scopes' records, new kinds. No record changes.
+        if version < keys.LAYOUT_VERSION:
             db.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode(), sync=True)
         return
     with db.iterator(prefix=keys.META, include_value=False) as it:

@@ -7,6 +7,9 @@
     q <user> <conversation> <ordinal: 8 bytes>           ->  idempotency key, UTF-8
     v                                                    ->  the layout's version
 
+(The long-term records' keys are in ``_longterm``, blocks' in ``_blocks``, and the scope
+records', ``o`` and ``g``, in ``_scopes``.)
+
 ``meta`` is ``[next_seq, count, next_ordinal, summary_seq, pinned_count]`` (``Meta``): the
 next message's sequence number (its position: a conversation is only ever appended to, or
 deleted whole), how many messages it holds, how many keyed batches it has had, where its
@@ -47,11 +50,14 @@ PINNED = b"p"
 KEY = b"k"
 KEY_ORDER = b"q"
 VERSION = b"v"
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 """1: wave 1 (messages and meta); 2: the pinned index and idempotency keys; 3: facts carry
 ``valid_from`` and ``valid_to`` (a layout-2 fact reads as of unknown start, still true, so
 a layout-2 directory needs no rewrite, only the new number: an older otpmem, which would
-drop the times on its next write, then refuses the directory)."""
+drop the times on its next write, then refuses the directory); 4: records keyed by a
+scope's owner key, the scope registry and scope members (``_scopes``): a layout-3
+directory holds none of them, so it too needs only the number, and an older otpmem, whose
+``forget_user`` would leave a user's scopes behind, refuses the directory."""
 CONVERSATION_KINDS = (MESSAGE, PINNED, KEY, KEY_ORDER)
 _LEN = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
@@ -90,12 +96,18 @@ def idempotency_key(conv: Conv, key: str) -> bytes:
     return conv_prefix(KEY, conv) + key.encode("utf-8", "surrogatepass")
 
 
-def decode_conv(key: bytes) -> Conv:
-    """The conversation of a ``c`` or ``m`` key."""
-    user, offset = _read_part(key, 1)
+def decode_conv(key: bytes, offset: int = 1) -> Conv:
+    """The conversation of a ``c`` or ``m`` key (or the one encoded at ``offset``)."""
+    user, offset = _read_part(key, offset)
     conversation, _ = _read_part(key, offset)
     assert conversation is not None
     return Conv(user, conversation)
+
+
+def decode_part(key: bytes, offset: int) -> str | None:
+    """The user id (or other text) encoded in ``key`` at ``offset``, as ``user_prefix``
+    writes it."""
+    return _read_part(key, offset)[0]
 
 
 def _read_part(key: bytes, offset: int) -> tuple[str | None, int]:
