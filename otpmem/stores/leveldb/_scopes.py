@@ -15,8 +15,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from ...messages import Conv
-from ..scopes import Scope, is_encoded, owner_key, registered_user, sorted_scopes
+from ..scopes import MARK, Scope, is_encoded, owner_key, registered_user, sorted_scopes
 from . import _blocks, keys
 from . import _longterm as lt
 from ._committer import Op
@@ -72,6 +74,34 @@ def forget_prefixes(db: Any, user_id: str) -> list[bytes]:
     for owner in owners:
         prefixes += [keys.user_prefix(kind, owner) for kind in OWNER_KINDS]
     return prefixes
+
+
+def rekey_ops(db: Any) -> list[Op]:
+    """The ops that bring a layout-3 directory's records of user ids that begin with
+    ``scopes.MARK`` (kept under the raw id then; their owner key is encoded now, and the
+    raw id may be another scope's key) to their owner keys, listed under their users.
+    Found by a few seeks per kind (``keys.keys_of_users_beginning``): none to move is
+    the common case, and costs no scan."""
+    # Every delete before every put: one raw id may be the owner key another moves to.
+    deletes: list[Op] = []
+    puts: list[Op] = []
+    owners: set[str] = set()
+    for kind in OWNER_KINDS:
+        for key, value in list(keys.keys_of_users_beginning(db, kind, MARK)):
+            user = keys.decode_part(key, len(kind))
+            assert user is not None
+            owner = owner_key(user)
+            rest = key[len(keys.user_prefix(kind, user)) :]
+            if kind in (lt.FACT, lt.HISTORY):  # a fact names whose it is: its owner key now
+                record = msgpack.unpackb(value)
+                record[0] = owner
+                value = msgpack.packb(record)
+            deletes.append((key, None))
+            puts.append((keys.user_prefix(kind, owner) + rest, value))
+            owners.add(owner)
+    for owner in sorted(owners):
+        puts += listed(owner)
+    return deletes + puts
 
 
 class LevelDBScopeReads:

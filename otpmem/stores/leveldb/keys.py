@@ -39,6 +39,8 @@ one WriteBatch, so the index and the keys are never out of step with the message
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 
@@ -56,8 +58,9 @@ LAYOUT_VERSION = 4
 a layout-2 directory needs no rewrite, only the new number: an older otpmem, which would
 drop the times on its next write, then refuses the directory); 4: records keyed by a
 scope's owner key, the scope registry and scope members (``_scopes``): a layout-3
-directory holds none of them, so it too needs only the number, and an older otpmem, whose
-``forget_user`` would leave a user's scopes behind, refuses the directory."""
+directory holds none of them, so it needs the number and no rewrite, but for the records
+of user ids that begin with ``scopes.MARK`` (whose owner key is encoded), moved on open;
+an older otpmem, whose ``forget_user`` would leave a user's scopes behind, refuses it."""
 CONVERSATION_KINDS = (MESSAGE, PINNED, KEY, KEY_ORDER)
 _LEN = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
@@ -108,6 +111,27 @@ def decode_part(key: bytes, offset: int) -> str | None:
     """The user id (or other text) encoded in ``key`` at ``offset``, as ``user_prefix``
     writes it."""
     return _read_part(key, offset)[0]
+
+
+def keys_of_users_beginning(db: Any, kind: bytes, lead: str) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) of ``kind`` whose user part begins with ``lead``: a seek per
+    length of user id held, not a scan (the parts are ordered by length first)."""
+    raw = lead.encode("utf-8", "surrogatepass")
+    after = raw[:-1] + bytes([raw[-1] + 1])  # past every part that begins with lead
+    length, stop = len(raw), kind + b"\x02"
+    while True:
+        head = kind + b"\x01" + _LEN.pack(length)
+        with db.iterator(start=head + raw, stop=stop, include_value=False) as it:
+            first = next(it, None)
+        if first is None:
+            return
+        (held,) = _LEN.unpack_from(first, len(kind) + 1)
+        if held != length:  # none of this length: on to the next length held
+            length = held
+            continue
+        if first.startswith(head + raw):
+            yield from db.iterator(start=head + raw, stop=head + after)
+        length += 1
 
 
 def _read_part(key: bytes, offset: int) -> tuple[str | None, int]:
