@@ -4,11 +4,12 @@ between users across every scope as a property over adversarial ids, and reopene
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from otpmem.stores import MemoryStore, PostgresStore
+from otpmem.stores import LevelDBStore, MemoryStore, PostgresStore
 from otpmem.stores.testing import ScopesConformance
 
 
@@ -16,6 +17,14 @@ class TestMemoryStore(ScopesConformance):
     @pytest.fixture
     def store(self) -> Iterator[Any]:
         store = MemoryStore.start_link()
+        yield store
+        store.stop()
+
+
+class TestLevelDBStore(ScopesConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Any]:
+        store = LevelDBStore.start_link(tmp_path / "db")
         yield store
         store.stop()
 

@@ -21,6 +21,7 @@ from .._longterm_client import LongTermClient
 from . import _longterm as lt
 from . import keys
 from ._blocks import LevelDBBlockReads
+from ._scopes import LevelDBScopeReads
 
 READY_TIMEOUT = 30.0
 
@@ -37,6 +38,7 @@ class LevelDBStoreHandle(
     BlocksClient,
     lt.LevelDBReads,
     LevelDBBlockReads,
+    LevelDBScopeReads,
     Handle,
 ):
     """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``) face of a

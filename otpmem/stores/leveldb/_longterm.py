@@ -1,10 +1,10 @@
 """LevelDBStore's long-term records: their keys, the ops that write them, the reads.
 
-    f <user> <fact key>                 ->  msgpack(fact)
-    s <user>                            ->  the stamp of the last change of the user's facts
-    h <user> <fact key part> <seq>      ->  msgpack(a superseded or deleted fact)
-    H <user> <fact key part>            ->  msgpack([entries kept, where they start])
-    r <user>                            ->  msgpack([summary, metadata, updated_at])
+    f <owner> <fact key>                ->  msgpack(fact)
+    s <owner>                           ->  the stamp of the last change of the owner's facts
+    h <owner> <fact key part> <seq>     ->  msgpack(a superseded or deleted fact)
+    H <owner> <fact key part>           ->  msgpack([entries kept, where they start])
+    r <owner>                           ->  msgpack([summary, metadata, updated_at])
     U <user>                            ->  msgpack(usage): the user's running sums
     l <user> <ns: 8 bytes> <n: 8 bytes> ->  msgpack([conversation id, usage]): the usage log
     L <user>                            ->  where the log's entries past the horizon start
@@ -13,10 +13,14 @@
     x <user> <conversation>             ->  the extraction cursor
     j <user> <conversation>             ->  a pending extraction: up to which position
 
+``<owner>`` is the ``scopes.owner_key`` of whose records (a user id for a user's own, so
+layout-3 data keeps its keys; an encoded ``Scope`` else), encoded as ``keys.user_prefix``
+encodes a user; every other ``<user>`` is the raw user id, as the conversations have it.
 ``u``, ``x`` and ``j`` belong to a conversation and go with it on ``clear``; the rest belong
-to the user and go on ``forget_user``. An add writes its ``u``, ``U`` and ``l`` entries in
-the same WriteBatch as its messages; a ``save_facts`` its facts, their history and the
-cursor in one.
+to the user and go on ``forget_user`` (the owner-keyed ones under the user's own owner key,
+and those of every scope the user has, which ``_scopes`` lists). An add writes its ``u``,
+``U`` and ``l`` entries in the same WriteBatch as its messages; a ``save_facts`` its facts,
+their history and the cursor in one.
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ from ..longterm import (
     Usage,
     batch_usage,
     check_fact_key,
+    check_owner,
     check_since,
     check_user,
     fact_as_list,
     fact_from_list,
     new_stamp,
 )
+from ..scopes import Who, owner_key, public_id
 from . import keys
 
 FACT = b"f"
@@ -61,17 +67,9 @@ CONV_USAGE = b"u"
 CURSOR = b"x"
 JOB = b"j"
 CONVERSATION_KINDS = (CONV_USAGE, CURSOR, JOB)
-USER_KINDS = (
-    FACT,
-    STAMP,
-    HISTORY,
-    HISTORY_INDEX,
-    PROFILE,
-    USER_USAGE,
-    USAGE_LOG,
-    LOG_MARK,
-    CLEARED,
-)
+OWNER_KINDS = (FACT, STAMP, HISTORY, HISTORY_INDEX, PROFILE)
+"""The long-term records keyed by an owner key (a user's own, or a scope's)."""
+USER_KINDS = (USER_USAGE, USAGE_LOG, LOG_MARK, CLEARED)
 _STAMP = struct.Struct(">QQ")
 _entries = itertools.count()
 
@@ -80,7 +78,7 @@ Read = Callable[[bytes], bytes | None]
 
 
 def fact_key(user_id: str, key: str) -> bytes:
-    """Where one fact lives."""
+    """Where one fact lives (``user_id``: the owner key)."""
     return keys.user_prefix(FACT, user_id) + key.encode("utf-8", "surrogatepass")
 
 
@@ -206,9 +204,9 @@ def job_ops(db: Any, conv: Conv, upto: int) -> list[Op]:
 
 
 def profile_op(profile: Profile) -> Op:
-    """Write one profile."""
+    """Write one profile, under its owner key."""
     raw = msgpack.packb([profile.summary, dict(profile.metadata), profile.updated_at])
-    return keys.user_prefix(PROFILE, profile.user_id), raw
+    return keys.user_prefix(PROFILE, owner_key(profile.user_id)), raw
 
 
 def _int(raw: bytes | None) -> int:
@@ -259,52 +257,54 @@ class LevelDBReads:
 
         def _db(self) -> AbstractContextManager[Any]: ...
 
-    def get_fact(self, user_id: str, key: str) -> Fact | None:
+    def get_fact(self, user_id: Who, key: str) -> Fact | None:
         """The fact, or None."""
-        entry = fact_key(check_user(user_id), check_fact_key(key))
+        entry = fact_key(check_owner(user_id), check_fact_key(key))
         with self._db() as db:
             raw = db.get(entry)
         return None if raw is None else fact_from_list(msgpack.unpackb(raw))
 
-    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
+    def get_facts(self, user_id: Who, as_of: float | datetime | None = None) -> list[Fact]:
         """Every fact of the user true now, by key; ``as_of``: those true then (one scan
         of the user's facts and one of their history)."""
         at = as_seconds(as_of, "as_of")
-        user_id = check_user(user_id)
+        owner = check_owner(user_id)
         with self._db() as db:
-            current = _facts(db, user_id)
+            current = _facts(db, owner)
             if at is None:
                 return sorted(current, key=lambda f: f.key)
-            prefix = keys.user_prefix(HISTORY, user_id)
+            prefix = keys.user_prefix(HISTORY, owner)
             history = [
                 fact_from_list(msgpack.unpackb(v))
                 for v in db.iterator(prefix=prefix, include_key=False)
             ]
         return facts_as_of(current, history, at)
 
-    def facts_stamp(self, user_id: str) -> bytes | None:
+    def facts_stamp(self, user_id: Who) -> bytes | None:
         """The stamp of the last change of the user's facts (``FactStamps``), or None."""
+        entry = keys.user_prefix(STAMP, check_owner(user_id))
         with self._db() as db:
-            raw: bytes | None = db.get(keys.user_prefix(STAMP, check_user(user_id)))
+            raw: bytes | None = db.get(entry)
         return raw
 
-    def fact_history(self, user_id: str, key: str) -> list[Fact]:
+    def fact_history(self, user_id: Who, key: str) -> list[Fact]:
         """The values superseded or deleted, oldest first."""
-        prefix = history_prefix(check_user(user_id), check_fact_key(key))
+        prefix = history_prefix(check_owner(user_id), check_fact_key(key))
         with self._db() as db:
             return [
                 fact_from_list(msgpack.unpackb(v))
                 for v in db.iterator(prefix=prefix, include_key=False)
             ]
 
-    def get_profile(self, user_id: str) -> Profile | None:
+    def get_profile(self, user_id: Who) -> Profile | None:
         """The profile, or None."""
+        owner = check_owner(user_id)
         with self._db() as db:
-            raw = db.get(keys.user_prefix(PROFILE, check_user(user_id)))
+            raw = db.get(keys.user_prefix(PROFILE, owner))
         if raw is None:
             return None
         summary, metadata, updated_at = msgpack.unpackb(raw)
-        return Profile(user_id, summary, metadata, updated_at)
+        return Profile(public_id(owner), summary, metadata, updated_at)
 
     def usage(self, conv: ConvLike, since: float | None = None) -> Usage:
         """The conversation's recorded usage (one read; ``since``: a window of its log)."""
@@ -334,6 +334,7 @@ class LevelDBReads:
 
 
 def iter_user_prefixes(user_id: str) -> Iterator[bytes]:
-    """Every long-term prefix ``forget_user`` deletes."""
+    """Every long-term prefix keyed by the raw user id that ``forget_user`` deletes (the
+    owner-keyed ones: ``_scopes.forget_prefixes``)."""
     for kind in (*USER_KINDS, *CONVERSATION_KINDS):
         yield keys.user_prefix(kind, user_id)

@@ -2,8 +2,10 @@
 
 A directory written by wave 1 (layout 1: messages and meta only) is brought to layout 2 on
 its first open, once: its pinned index is built from the messages, so no stored system
-message goes missing from a window. A layout-2 directory becomes layout 3 by its number
-alone (its facts read with unknown times).
+message goes missing from a window. A layout-2 or layout-3 directory becomes layout 4 by
+its number (layout 2's facts read with unknown times; neither holds a scope's record, so
+the scope registry and members start empty), and the records of user ids that begin
+with ``scopes.MARK`` move to those ids' owner keys, found by seeks, not a scan.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import plyvel
 from ...actors import NoProcess, sleep
 from ...messages import Conv, is_pinned, is_summary
 from .._base import StoreCorrupt, StoreLocked, StoreUnavailable
-from . import keys
+from . import _scopes, keys
 
 logger = logging.getLogger("otpmem.stores")
 
@@ -167,14 +169,37 @@ def ensure_layout(db: Any, path: str) -> None:
                 f"the LevelDB store at {path!r} has key layout {version}, written by a newer "
                 f"otpmem; this one reads layouts up to {keys.LAYOUT_VERSION}"
             )
-        if version < keys.LAYOUT_VERSION:  # 2 -> 3: facts gain times, no record changes
-            db.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode(), sync=True)
+        # 2 -> 3: facts gain times (no record changes); 3 -> 4: scopes (new kinds, and
+        # only the records of user ids that begin with scopes.MARK move).
+        if version < keys.LAYOUT_VERSION:
+            _to_layout_4(db, path)
         return
     with db.iterator(prefix=keys.META, include_value=False) as it:
         empty = next(it, None) is None
     if not empty:
         _build_pinned_index(db, path)
-    db.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode(), sync=True)
+    _to_layout_4(db, path)
+
+
+def _to_layout_4(db: Any, path: str) -> None:
+    """Move what ``_scopes.rekey_ops`` moves and write the new number, in one synced
+    batch: a rerun after a crash finds the directory as it was (moved records begin with
+    the mark too, so a second move would encode them twice)."""
+    ops = _scopes.rekey_ops(db)
+    with db.write_batch(sync=True) as batch:
+        for key, value in ops:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        batch.put(keys.VERSION, str(keys.LAYOUT_VERSION).encode())
+    if ops:
+        logger.info(
+            "LevelDB store %s: moved %d records of user ids that begin with the scope mark "
+            "to their owner keys (key layout 4)",
+            path,
+            sum(1 for _, value in ops if value is None),
+        )
 
 
 def _build_pinned_index(db: Any, path: str) -> None:

@@ -40,7 +40,8 @@ from .._write_rules import CALLER_ERRORS
 from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
-from . import _blocks, keys
+from ..scopes import owner_key
+from . import _blocks, _scopes, keys
 from . import _longterm as lt
 from ._appends import Appending, KnownConversation, Staged
 from ._committer import Committer, Op
@@ -208,7 +209,8 @@ class LevelDBStore(Appending, GenServer):
             conv, hold_id, hold, limits, ttl = arg
             return self.holds.reserve(conv, hold_id, hold, limits, ttl, self._recorded)
         if is_block_edit(message):
-            return _blocks.edit(self, parse_block_edit(message))
+            edit = parse_block_edit(message)
+            return _blocks.edit(self, edit, _scopes.listed(edit[1]))
         kind, arg = parse_request(message, "LevelDBStore", REQUESTS)
         if kind in LONGTERM_KINDS:
             with self._adds_paused():
@@ -233,13 +235,17 @@ class LevelDBStore(Appending, GenServer):
             with self._adds_paused():
                 return self._delete_range(prefixes, [arg], [lt.cleared_op(arg)])
         if kind == "forget_user":
-            kinds = (*keys.CONVERSATION_KINDS, keys.META, _blocks.BLOCK)  # its own blocks too
+            kinds = (*keys.CONVERSATION_KINDS, keys.META)
             prefixes = [keys.user_prefix(k, arg) for k in kinds]
             with self._adds_paused():
                 # Listed once adds are paused: a conversation a thread begins until then
                 # is cached by now, and its cached count must go with it.
                 owned = [c for c in self.convs if c.user_id == arg]
-                return self._delete_range([*prefixes, *lt.iter_user_prefixes(arg)], owned)
+                # The user's scopes are read once every queued write (a scope's first
+                # record among them) is on disk.
+                blocking(self.committer.flush)
+                prefixes += [*lt.iter_user_prefixes(arg), *_scopes.forget_prefixes(self.db, arg)]
+                return self._delete_range(prefixes, owned)
         # "flush", the only other request parse_request lets through.
         blocking(self.committer.flush)
         return None
@@ -261,15 +267,20 @@ class LevelDBStore(Appending, GenServer):
         blocking(self.committer.flush)
         if kind == "save_facts":
             saved, removed, ops = lt.fact_ops(self.db, *arg)
+            ops += _scopes.listed(arg[0])
             self.committer.submit(ops, self.caller(), answer=(saved, removed))
             return NO_REPLY
         if kind == "save_profile":
-            self.committer.submit([lt.profile_op(arg)], self.caller(), answer=arg)
+            ops = [lt.profile_op(arg), *_scopes.listed(owner_key(arg.user_id))]
+            self.committer.submit(ops, self.caller(), answer=arg)
             return NO_REPLY
         if kind == "delete_profile":
             entry = keys.user_prefix(lt.PROFILE, arg)
             existed = self.db.get(entry) is not None
             self.committer.submit([(entry, None)], self.caller(), answer=existed)
+            return NO_REPLY
+        if kind == "join_scope":
+            self.committer.submit(_scopes.join_ops(self.db, *arg), self.caller())
             return NO_REPLY
         self.committer.submit(lt.job_ops(self.db, *arg), self.caller())
         return NO_REPLY

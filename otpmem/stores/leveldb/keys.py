@@ -7,6 +7,9 @@
     q <user> <conversation> <ordinal: 8 bytes>           ->  idempotency key, UTF-8
     v                                                    ->  the layout's version
 
+(The long-term records' keys are in ``_longterm``, blocks' in ``_blocks``, and the scope
+records', ``o`` and ``g``, in ``_scopes``.)
+
 ``meta`` is ``[next_seq, count, next_ordinal, summary_seq, pinned_count]`` (``Meta``): the
 next message's sequence number (its position: a conversation is only ever appended to, or
 deleted whole), how many messages it holds, how many keyed batches it has had, where its
@@ -36,6 +39,8 @@ one WriteBatch, so the index and the keys are never out of step with the message
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 
@@ -47,11 +52,15 @@ PINNED = b"p"
 KEY = b"k"
 KEY_ORDER = b"q"
 VERSION = b"v"
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 """1: wave 1 (messages and meta); 2: the pinned index and idempotency keys; 3: facts carry
 ``valid_from`` and ``valid_to`` (a layout-2 fact reads as of unknown start, still true, so
 a layout-2 directory needs no rewrite, only the new number: an older otpmem, which would
-drop the times on its next write, then refuses the directory)."""
+drop the times on its next write, then refuses the directory); 4: records keyed by a
+scope's owner key, the scope registry and scope members (``_scopes``): a layout-3
+directory holds none of them, so it needs the number and no rewrite, but for the records
+of user ids that begin with ``scopes.MARK`` (whose owner key is encoded), moved on open;
+an older otpmem, whose ``forget_user`` would leave a user's scopes behind, refuses it."""
 CONVERSATION_KINDS = (MESSAGE, PINNED, KEY, KEY_ORDER)
 _LEN = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
@@ -90,12 +99,39 @@ def idempotency_key(conv: Conv, key: str) -> bytes:
     return conv_prefix(KEY, conv) + key.encode("utf-8", "surrogatepass")
 
 
-def decode_conv(key: bytes) -> Conv:
-    """The conversation of a ``c`` or ``m`` key."""
-    user, offset = _read_part(key, 1)
+def decode_conv(key: bytes, offset: int = 1) -> Conv:
+    """The conversation of a ``c`` or ``m`` key (or the one encoded at ``offset``)."""
+    user, offset = _read_part(key, offset)
     conversation, _ = _read_part(key, offset)
     assert conversation is not None
     return Conv(user, conversation)
+
+
+def decode_part(key: bytes, offset: int) -> str | None:
+    """The user id (or other text) encoded in ``key`` at ``offset``, as ``user_prefix``
+    writes it."""
+    return _read_part(key, offset)[0]
+
+
+def keys_of_users_beginning(db: Any, kind: bytes, lead: str) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) of ``kind`` whose user part begins with ``lead``: a seek per
+    length of user id held, not a scan (the parts are ordered by length first)."""
+    raw = lead.encode("utf-8", "surrogatepass")
+    after = raw[:-1] + bytes([raw[-1] + 1])  # past every part that begins with lead
+    length, stop = len(raw), kind + b"\x02"
+    while True:
+        head = kind + b"\x01" + _LEN.pack(length)
+        with db.iterator(start=head + raw, stop=stop, include_value=False) as it:
+            first = next(it, None)
+        if first is None:
+            return
+        (held,) = _LEN.unpack_from(first, len(kind) + 1)
+        if held != length:  # none of this length: on to the next length held
+            length = held
+            continue
+        if first.startswith(head + raw):
+            yield from db.iterator(start=head + raw, stop=head + after)
+        length += 1
 
 
 def _read_part(key: bytes, offset: int) -> tuple[str | None, int]:
