@@ -1,7 +1,9 @@
 """Three agents coordinate through one team memory block while a chaos thread kills them.
 
-Each agent's scripted model answers every user message with one ``core_memory_append`` to
-``team:alpha/notes``; its thread runs ten turns, each with a turn_id, and when a kill ends a
+The agents serve no user (a simulation): each is started with ``team="alpha"``, so
+``"team/notes"`` is the notes block of ``Scope(None, team="alpha")``, shared by the team and
+by nobody else. Each agent's scripted model answers every user message with one
+``core_memory_append`` to it; its thread runs ten turns, each with a turn_id, and when a kill ends a
 turn it starts the agent again and retries the turn with the same id. The store keys every
 edit by turn and tool call, so a retried turn's edit lands once. The audit at the end: every
 acknowledged note is in the block exactly once, and nothing else is.
@@ -20,10 +22,11 @@ from typing import Any
 from otpmem.actors import faults
 from otpmem.agents import Agent, AgentHandle
 from otpmem.llm import ChatResponse, ScriptedModel, tool_call
-from otpmem.stores import MemoryStore
+from otpmem.stores import MemoryStore, Scope
 
 AGENTS, TURNS, WAIT = 3, 10, 30.0
-TEAM_BLOCK = "team:alpha/notes"
+TEAM_BLOCK = "team/notes"
+TEAM = Scope(None, team="alpha")
 
 
 def model_for(name: str) -> ScriptedModel:
@@ -42,7 +45,7 @@ def model_for(name: str) -> ScriptedModel:
 def main() -> None:
     """Run the agents under chaos, then audit the block."""
     store = MemoryStore.start_link()
-    store.set_block("team:alpha", "notes", "", limit=50_000)
+    store.set_block(TEAM, "notes", "", limit=50_000)
     live: dict[str, AgentHandle] = {}
     acknowledged: list[str] = []
     kills = 0
@@ -53,8 +56,9 @@ def main() -> None:
         handle = Agent.start(
             model_for(name),
             memory={"store": store},
-            user_id=name,
             conversation_id=f"{name}-work",
+            agent_id=name,
+            team="alpha",
             blocks=(TEAM_BLOCK,),
         )
         with lock:
@@ -98,7 +102,8 @@ def main() -> None:
     for handle in live.values():
         with contextlib.suppress(Exception):  # one a kill left restarting
             handle.stop()
-    block = store.get_block("team:alpha", "notes")
+    block = store.get_block(TEAM, "notes")
+    members = store.scope_conversations(TEAM)
     store.stop()
     assert block is not None
     lines = block.value.split("\n")
@@ -106,11 +111,13 @@ def main() -> None:
     missing = sorted(set(acknowledged) - set(lines))
     extra = sorted(set(lines) - set(acknowledged))
     print(f"{AGENTS} agents, {len(acknowledged)} acknowledged edits, {kills} kills")
+    print(f"the team's conversations: {[c.conversation_id for c in members]}")
     print(
         f"in the block: {len(lines)} lines; missing: {len(missing)}, twice: {twice}, "
         f"unacknowledged: {len(extra)}"
     )
     ok = not missing and not twice and not extra and len(acknowledged) == AGENTS * TURNS
+    ok = ok and len(members) == AGENTS
     print("OK: every acknowledged edit is in the block exactly once" if ok else "FAILED")
     raise SystemExit(0 if ok else 1)
 

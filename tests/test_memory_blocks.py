@@ -14,7 +14,8 @@ import pytest
 from otpmem.agents import Agent, TurnFailed
 from otpmem.llm import ScriptedModel, tool_call
 from otpmem.memory import DefaultProvider
-from otpmem.stores import LevelDBStore, MemoryStore
+from otpmem.messages import Conv
+from otpmem.stores import LevelDBStore, MemoryStore, Scope
 from otpmem.stores.blocks import (
     DEFAULT_BLOCK_LIMIT,
     EDIT_KEYS_KEPT,
@@ -26,7 +27,7 @@ from otpmem.stores.blocks import (
 )
 
 WAIT = 30.0
-TEAM = "team:alpha"
+TEAM = Scope("ann", team="alpha")
 
 
 @pytest.fixture(params=["memory", "leveldb", "postgres"])
@@ -224,33 +225,58 @@ def test_a_retried_turn_applies_its_edit_once(store: Any) -> None:
 
 
 def test_an_edit_shows_to_the_other_agents_on_their_next_turn(store: Any) -> None:
-    """Ann's agent edits the team block and her own persona; Bob's next call is sent the
-    team block as she left it (after his system prompt, never stored), not her persona."""
-    ann_model = ScriptedModel(
+    """Ann's writer agent edits the team block and its own persona; her reader agent's next
+    call is sent the team block as the writer left it (after its system prompt, never
+    stored), not the writer's persona."""
+    writer_model = ScriptedModel(
         [
-            append_call("c1", "team:alpha/notes", "ann: owns the lexer"),
-            append_call("c2", "persona", "Ann likes short answers."),
+            append_call("c1", "team/notes", "writer: owns the lexer"),
+            append_call("c2", "agent/persona", "The writer likes short answers."),
             "done",
         ]
     )
-    bob_model = ScriptedModel(["hi", "ok"], record=True)
-    blocks = ("persona", "team:alpha/notes")
-    ann = Agent.start_link(ann_model, memory={"store": store}, user_id="ann", blocks=blocks)
-    bob = Agent.start_link(
-        bob_model, memory={"store": store}, user_id="bob", blocks=blocks, system_prompt="sys"
+    reader_model = ScriptedModel(["hi", "ok"], record=True)
+    blocks = ("agent/persona", "team/notes")
+    common = {"memory": {"store": store}, "user_id": "ann", "team": "alpha", "blocks": blocks}
+    writer = Agent.start_link(writer_model, agent_id="writer", conversation_id="w", **common)
+    reader = Agent.start_link(
+        reader_model, agent_id="reader", conversation_id="r", system_prompt="sys", **common
     )
     try:
-        bob.run("hello")
-        assert "ann: owns the lexer" not in json.dumps(list(bob_model.calls))
-        ann.run("take the lexer")
-        assert store.get_block("ann", "persona").value == "Ann likes short answers."
-        bob.run("who owns the lexer?")
-        sent = bob_model.calls[-1][0]
+        reader.run("hello")
+        assert "owns the lexer" not in json.dumps(list(reader_model.calls))
+        writer.run("take the lexer")
+        persona = store.get_block(Scope("ann", agent="writer"), "persona")
+        assert persona.value == "The writer likes short answers."
+        reader.run("who owns the lexer?")
+        sent = reader_model.calls[-1][0]
         assert sent[0] == {"role": "system", "content": "sys"}
-        assert "ann: owns the lexer" in sent[2]["content"]  # after bob's own persona
-        assert 'name="team:alpha/notes"' in sent[2]["content"]
-        assert "short answers" not in json.dumps(sent)  # ann's persona is hers
-        assert all(m["role"] != "system" for m in bob.messages())  # never stored
+        assert "writer: owns the lexer" in sent[2]["content"]  # after the reader's persona
+        assert 'name="team/notes"' in sent[2]["content"]
+        assert "short answers" not in json.dumps(sent)  # the writer's persona is its own
+        assert all(m["role"] != "system" for m in reader.messages())  # never stored
+        assert store.scope_conversations(TEAM) == [Conv("ann", "r"), Conv("ann", "w")]
+    finally:
+        writer.stop()
+        reader.stop()
+
+
+def test_a_team_is_its_users_and_another_users_team_of_that_name_is_another(
+    store: Any,
+) -> None:
+    """Ann's team alpha and Bob's team alpha are two teams: an edit of one never shows in
+    the other, whatever the names."""
+    ann_model = ScriptedModel([append_call("c1", "team/notes", "ann's secret plan"), "done"])
+    bob_model = ScriptedModel(["hi"], record=True)
+    options = {"memory": {"store": store}, "team": "alpha", "blocks": ("team/notes",)}
+    ann = Agent.start_link(ann_model, user_id="ann", **options)
+    bob = Agent.start_link(bob_model, user_id="bob", system_prompt="sys", **options)
+    try:
+        ann.run("plan")
+        bob.run("what is the plan?")
+        assert "secret plan" not in json.dumps(list(bob_model.calls))
+        assert store.get_block(Scope("bob", team="alpha"), "notes") is None
+        assert store.get_block(TEAM, "notes").value == "ann's secret plan"
     finally:
         ann.stop()
         bob.stop()
@@ -294,5 +320,11 @@ def test_the_blocks_option_is_checked_at_start() -> None:
             Agent.start_link(model, memory=memory, user_id="ann", blocks=("team:a/",))
         with pytest.raises(ValueError, match="keeps blocks"):
             Agent.start_link(model, memory=None, user_id="ann", blocks=("persona",))
+        with pytest.raises(ValueError, match="it has none: give the agent team="):
+            Agent.start_link(model, memory=memory, user_id="ann", blocks=("team/notes",))
+        with pytest.raises(ValueError, match="agent, run or team"):
+            Agent.start_link(model, memory=memory, user_id="ann", blocks=("bob/notes",))
+        with pytest.raises(ValueError, match="team must be None or a non-empty str"):
+            Agent.start_link(model, memory=memory, user_id="ann", team="")
     finally:
         store.stop()

@@ -1,7 +1,9 @@
 """An agent's memory blocks: rendered into every model call, edited by the model's tools.
 
-``blocks=("persona", "team:alpha/notes")``: a bare label is a block of the agent's user; an
-``owner/label`` is the owner's (a team's, another user's). Every model call is sent each
+``blocks=("persona", "team/notes", "agent/persona")``: a bare label is a block of the
+agent's user; ``agent/``, ``run/`` and ``team/`` a block of the agent's own scope of that
+kind (``agent_id=``, ``run_id=``, ``team=``), ``team:<name>/`` one of another team of its
+user. Another user's blocks are never an agent's. Every model call is sent each
 block as a pinned system message after the system prompt (read then, so another agent's edit
 shows on the next call; never stored), and the model gets ``core_memory_append``,
 ``core_memory_replace`` and ``memory_search`` (plus ``conversation_search`` over the
@@ -16,19 +18,24 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..kernel import Tool, current_tool_request, tool
-from ..messages import Conv, short_repr
+from ..memory.longterm import line_of
+from ..messages import short_repr
 from ..protocols import conforms
-from ..stores.blocks import DEFAULT_BLOCK_LIMIT, BlockStore, check_label, check_owner
+from ..stores import Who
+from ..stores.blocks import DEFAULT_BLOCK_LIMIT, BlockStore, check_label
 from ..stores.ranking import attached
+from ..stores.scopes import canonical
+from ._scopes import AgentScopes
 
 
 class AgentBlocks:
     """The blocks an agent was started with, over its store."""
 
-    def __init__(self, store: Any, names: dict[str, tuple[str, str]], conv: Conv) -> None:
+    def __init__(self, store: Any, names: dict[str, tuple[Who, str]], scopes: AgentScopes) -> None:
         self.store = store
         self.names = names  # the name the model uses -> (owner, label)
-        self.conv = conv
+        self.conv = scopes.conv
+        self.view = scopes.view
 
     def messages(self) -> list[dict[str, Any]]:
         """One pinned system message per block, as it is now (an absent block: empty)."""
@@ -46,7 +53,7 @@ class AgentBlocks:
             )
         return sent
 
-    def _find(self, name: str) -> tuple[str, str]:
+    def _find(self, name: str) -> tuple[Who, str]:
         found = self.names.get(name)
         if found is None:
             raise ValueError(f"no memory block named {name!r}; the blocks: {sorted(self.names)}")
@@ -84,9 +91,9 @@ class AgentBlocks:
             return [f"[{h.index}] {h.message.get('content')}" for h in hits]
 
         def fact_search(query: str, limit: int = 5) -> list[str]:
-            """Facts known about the user, most relevant to the query first."""
-            hits = ltm.get_relevant(query, user_id=self.conv.user_id, limit=limit)
-            return [f"{h.fact.key}: {h.fact.value}" for h in hits]
+            """Facts known about the user (and your team, your run), most relevant first."""
+            hits = ltm.get_relevant(query, user_id=self.view, limit=limit)
+            return [line_of(h.fact)[2:] for h in hits]
 
         made: list[Callable[..., Any]] = [core_memory_append, core_memory_replace, memory_search]
         if recall:
@@ -113,23 +120,17 @@ def _edit_key() -> str | None:
     return f"turn:{turn_id}:{call_id}"
 
 
-def agent_blocks(blocks: Iterable[str], store: object, conv: Conv) -> AgentBlocks | None:
-    """The ``blocks`` option checked against the agent's store and user; None for none."""
+def agent_blocks(blocks: Iterable[str], store: object, scopes: AgentScopes) -> AgentBlocks | None:
+    """The ``blocks`` option checked against the agent's store and scopes; None for none."""
     if isinstance(blocks, str):
         raise TypeError(f"blocks takes a tuple of block names, got the str {blocks!r}")
-    names: dict[str, tuple[str, str]] = {}
+    names: dict[str, tuple[Who, str]] = {}
     for name in blocks:
         if type(name) is not str:
             raise TypeError(f"a block name is a str ('label' or 'owner/label'), got {name!r}")
         owner, _, label = name.rpartition("/")
-        if not owner:
-            if conv.user_id is None:
-                raise ValueError(
-                    f"block {name!r} names no owner, so it is the user's: give the agent a "
-                    "user_id, or name the owner ('team:<name>/label')"
-                )
-            owner = conv.user_id
-        names[name] = (check_owner(owner), check_label(label))
+        check_label(label)
+        names[name] = (canonical(scopes.owner(owner)), label)
     if not names:
         return None
     if store is None or not conforms(store, BlockStore):
@@ -137,7 +138,7 @@ def agent_blocks(blocks: Iterable[str], store: object, conv: Conv) -> AgentBlock
             f"blocks live in the agent's store: give the agent memory over a store that "
             f"keeps blocks (MemoryStore, LevelDBStore, PostgresStore), not {short_repr(store)}"
         )
-    return AgentBlocks(store, names, conv)
+    return AgentBlocks(store, names, scopes)
 
 
 def block_tools(blocks: AgentBlocks | None, provider: object, ltm: object) -> list[Tool]:

@@ -18,7 +18,9 @@ from ..guardrails import Guardrails, Held, Policy, Request, UsageReader, check_p
 from ..guardrails import check_store as check_usage_store
 from ..memory import BasicMemoryProvider, LongTermMemory, StoreProvider
 from ..messages import Conv, short_repr
+from ..stores import Scope
 from ._blocks import AgentBlocks
+from ._scopes import AgentScopes
 
 
 class TurnContext:
@@ -35,6 +37,7 @@ class TurnContext:
         "provider",
         "store",
         "system_prompt",
+        "view",
     )
 
     def __init__(
@@ -46,8 +49,10 @@ class TurnContext:
         policies: Sequence[Policy],
         store: UsageReader | None,
         blocks: AgentBlocks | None = None,
+        view: Sequence[Scope] = (),
     ) -> None:
         self.blocks = blocks
+        self.view = tuple(view)
         self.provider = provider
         self.conv = conv
         self.system_prompt = system_prompt
@@ -68,7 +73,7 @@ class TurnContext:
         to_send = list(provider.prepare(self.conv, history) if provider else history)
         if self.inject:
             assert self.ltm is not None
-            to_send = self.ltm.inject(to_send, self.conv.user_id)
+            to_send = self.ltm.inject(to_send, self.view or self.conv.user_id)
         if self.blocks is not None:  # read for every call: another agent's edit shows
             to_send = [*self.blocks.messages(), *to_send]
         if not self.policies:
@@ -97,7 +102,7 @@ def _own_ltm(provider: BasicMemoryProvider | None) -> LongTermMemory | None:
 
 def turn_context(
     provider: BasicMemoryProvider | None,
-    conv: Conv,
+    scopes: AgentScopes,
     system_prompt: str | None,
     long_term_memory: object,
     guardrails: Iterable[object],
@@ -106,6 +111,7 @@ def turn_context(
     """The start arguments ``long_term_memory`` and ``guardrails`` checked against the
     agent's memory and user; a clear error now, not at the first turn. Both need the
     store a ``StoreProvider`` is over (another provider's store is its own business)."""
+    conv = scopes.conv
     store = provider.store if isinstance(provider, StoreProvider) else None
     ltm: LongTermMemory | None = None
     if long_term_memory is not None:
@@ -140,4 +146,4 @@ def turn_context(
                 'store (memory="default", {"store": store}, or a StoreProvider over a store)'
             )
         usage = check_usage_store(store)
-    return TurnContext(provider, conv, system_prompt, ltm, policies, usage, blocks)
+    return TurnContext(provider, conv, system_prompt, ltm, policies, usage, blocks, scopes.view)

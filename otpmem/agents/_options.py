@@ -23,6 +23,7 @@ from ._blocks import agent_blocks, block_tools
 from ._config import Callbacks, as_callbacks, bound_conversation, resolve_memory
 from ._context import TurnContext, turn_context
 from ._handle import agent_name
+from ._scopes import agent_scopes
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +47,12 @@ class AgentOptions:
     agent follows it across restarts). ``idle_timeout``: seconds without a call after
     which the agent stops (None: never); an agent the application knows is activated
     again by its next call, with its history from the store. ``blocks``: memory blocks
-    (``"label"``: the user's, ``"owner/label"``: e.g. ``"team:alpha/notes"``) sent after the
+    (``"label"``: the user's; ``"agent/label"``, ``"run/label"``, ``"team/label"``: the
+    agent's own scope's; ``"team:<name>/label"``: another team's of its user) sent after the
     system prompt in every call and edited by the model's tools (see ``_blocks``).
+    ``agent_id``, ``run_id``, ``team``: the agent's, run's and team's scopes (within its
+    user) its conversation joins; long-term memory is read over all of them (see
+    ``_scopes``).
     """
 
     llm: ChatModel
@@ -69,6 +74,9 @@ class AgentOptions:
     name: str | None = None
     idle_timeout: float | None = None
     blocks: Iterable[str] = ()
+    agent_id: str | None = None
+    run_id: str | None = None
+    team: str | None = None
 
     def __post_init__(self) -> None:
         # A Memory is one conversation: the agent over it is that conversation's agent (its
@@ -128,7 +136,9 @@ def configure(options: AgentOptions) -> AgentConfig:
     provider = resolve_memory(options.memory)
     conv = conversation_of(options)
     prompt = _check_prompt(options.system_prompt)
-    blocks = agent_blocks(options.blocks, getattr(provider, "store", None), conv)
+    store = getattr(provider, "store", None)
+    scopes = agent_scopes(conv, options.agent_id, options.run_id, options.team, store)
+    blocks = agent_blocks(options.blocks, store, scopes)
     kernel = Kernel(
         options.llm,
         options.filters,
@@ -144,7 +154,7 @@ def configure(options: AgentOptions) -> AgentConfig:
         conv=conv,
         system_prompt=prompt,
         sending=turn_context(
-            provider, conv, prompt, options.long_term_memory, options.guardrails, blocks
+            provider, scopes, prompt, options.long_term_memory, options.guardrails, blocks
         ),
         callbacks=as_callbacks(options.callbacks),
         on_busy=_check_busy(options.on_busy),

@@ -39,6 +39,7 @@ from .longterm import (
 )
 from .memory import MemoryStore, MemoryStoreHandle
 from .reservations import Hold, Limit, Reservation, ReservationStore
+from .scopes import Scope, ScopeStore, Who, scope_usage, view_of
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore, PostgresStoreHandle
@@ -83,6 +84,8 @@ __all__ = [
     "Profile",
     "Reservation",
     "ReservationStore",
+    "Scope",
+    "ScopeStore",
     "SearchHit",
     "StoreCorrupt",
     "StoreError",
@@ -90,7 +93,10 @@ __all__ = [
     "StoreUnavailable",
     "StoredWindow",
     "Usage",
+    "Who",
     "default_store",
     "parse_import",
+    "scope_usage",
     "usage_of",
+    "view_of",
 ]

@@ -10,7 +10,7 @@ from .extractors import (
     extraction_prompt,
     parse_decisions,
 )
-from .inject import is_injected
+from .inject import is_injected, line_of
 from .ltm import LongTermMemory
 from .relevant import FactHit, FactIndex
 from .server import ExtractionServer
@@ -29,5 +29,6 @@ __all__ = [
     "RuleFactExtractor",
     "extraction_prompt",
     "is_injected",
+    "line_of",
     "parse_decisions",
 ]

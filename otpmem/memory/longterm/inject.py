@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...messages import text_of
-from ...stores import Fact, Profile
+from ...stores import Fact, Profile, Scope
+from ...stores.scopes import SCOPE_FIELDS
 from ..tokens import TokenCounter
 from .relevant import newest_first
 
@@ -81,5 +82,14 @@ def render(
 
 
 def line_of(fact: Fact) -> str:
-    """A fact as the model reads it."""
+    """A fact as the model reads it (one of a scope beyond the user's says whose)."""
+    if type(fact.user_id) is Scope:
+        return f"- {fact.key}: {fact.value} ({scope_label(fact.user_id)})"
     return f"- {fact.key}: {fact.value}"
+
+
+def scope_label(scope: Scope) -> str:
+    """Whose a scope beyond the user's is, as the model reads it: ``team alpha``."""
+    return ", ".join(
+        f"{name} {getattr(scope, name)}" for name in SCOPE_FIELDS if getattr(scope, name)
+    )

@@ -19,9 +19,8 @@ the store's durable job list (``request_extraction``), so a kill loses none of t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ...actors import blocking
 from ...llm import ChatModel
@@ -39,28 +38,17 @@ from ..tokens import DEFAULT_COUNTER, TokenCounter
 from ._report import Claims, ExtractionReport, merged
 from ._times import valid_from
 from .extractors import ExtractionFailed, FactExtractor
-from .inject import question_of, render
+from .injection import Injection, Rendered
 from .profile import update_profile
-from .relevant import MAX_CACHED, FactHit, FactIndex, UserFacts
+from .relevant import MAX_CACHED, FactIndex
 from .server import start_server
 
 logger = logging.getLogger("otpmem.memory")
 
-RENDER_CACHE = 8192
-"""How many rendered contexts a LongTermMemory keeps, two a user at most (the newest
-facts, the facts chosen for the last question): all dropped when full."""
 TRIGGERS = ("manual", "per_turn", "on_close")
 MODES = ("sync", "async")
 INJECT_MODES = ("relevant", "newest")
 T = TypeVar("T")
-
-
-class Rendered(NamedTuple):
-    """A user's rendered long-term context, and the state of the records it was made of."""
-
-    state: Any
-    messages: list[dict[str, Any]]
-    kept: int
 
 
 def _choice(value: object, choices: tuple[str, ...], what: str) -> str:
@@ -85,7 +73,7 @@ def check_store(store: object) -> Any:
     return store
 
 
-class LongTermMemory:
+class LongTermMemory(Injection):
     """Facts and profiles per user: extracted per ``trigger``, injected before the history.
 
     ``trigger``: ``"manual"`` (call ``extract``), ``"per_turn"`` (after every turn of an
@@ -153,7 +141,7 @@ class LongTermMemory:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
         self._claims = Claims()
-        self._rendered: dict[tuple[str, str], Rendered] = {}
+        self._rendered: dict[tuple[Any, str], Rendered] = {}
         self.server: Any = None
         if self.mode == "async":
             self.server = start_server(self, supervisor)
@@ -305,77 +293,6 @@ class LongTermMemory:
         if getattr(self.extractor, "blocks", True):
             return blocking(fn, *args)
         return fn(*args)
-
-    # -- injection -------------------------------------------------------------------------
-
-    def get_facts(self, user_id: str, as_of: float | datetime | None = None) -> list[Fact]:
-        """The user's facts true now, by key; ``as_of``: those true then."""
-        facts: list[Fact] = self.store.get_facts(user_id, as_of=as_of)
-        return facts
-
-    def get_relevant(
-        self, query: str, *, user_id: str, limit: int = 5, min_score: float = 0.0
-    ) -> list[FactHit]:
-        """The user's ``limit`` facts most relevant to ``query``, best first, with their
-        BM25 scores (over each fact's key and value); only facts scoring above 0 and at
-        least ``min_score``. Never another user's fact."""
-        return self.index.get_relevant(query, user_id, limit, min_score)
-
-    def context(self, user_id: str | None, question: str = "") -> list[dict[str, Any]]:
-        """The pinned system messages that carry the user's profile and facts (none for
-        no user, or with ``inject=False``), within ``inject_max_tokens``; in ``relevant``
-        mode the facts are chosen for ``question``."""
-        if user_id is None or not self.inject_enabled:
-            return []
-        profile = self.store.get_profile(user_id)
-        known = self.index.facts(user_id)
-        # Rendering counts tokens line by line; what it renders changes only with a write
-        # or another choice of facts: render once per state, not per call.
-        state = (None if profile is None else (profile.summary, profile.updated_at), known.state)
-        newest = known.newest if self.inject_mode == "newest" else None
-        if newest is None and not (question and len(known) > self.inject_max_facts):
-            newest = known.newest[: self.inject_max_facts]
-        if newest is not None:
-            rendered = self._render((user_id, "newest"), profile, state, newest)
-            if self.inject_mode == "newest" or not question or rendered.kept == len(newest):
-                return [dict(message) for message in rendered.messages]
-        # More facts than are sent: the question decides which ones.
-        chosen = self._chosen(known, question)
-        keys = tuple(f.key for f in chosen)
-        rendered = self._render((user_id, "chosen"), profile, (state, keys), chosen)
-        return [dict(message) for message in rendered.messages]
-
-    def _chosen(self, known: UserFacts, question: str) -> list[Fact]:
-        """Up to ``inject_max_facts`` facts: the relevant ones best first, then the newest."""
-        wanted = self.inject_max_facts
-        chosen = [hit.fact for hit in known.rank(question, wanted, 0.0)] if question else []
-        keys = {f.key for f in chosen}
-        for fact in known.newest:
-            if len(chosen) >= wanted:
-                break
-            if fact.key not in keys:
-                chosen.append(fact)
-        return chosen
-
-    def _render(
-        self, slot: tuple[str, str], profile: Profile | None, state: Any, facts: Sequence[Fact]
-    ) -> Rendered:
-        cached = self._rendered.get(slot)
-        if cached is None or cached.state != state:
-            if len(self._rendered) >= RENDER_CACHE:
-                self._rendered.clear()
-            messages, kept = render(profile, facts, self.inject_max_tokens, self.counter)
-            cached = self._rendered[slot] = Rendered(state, messages, kept)
-        return cached
-
-    def inject(
-        self, messages: Sequence[Mapping[str, Any]], user_id: str | None
-    ) -> list[Mapping[str, Any]]:
-        """``messages`` with the user's long-term context in front (never stored), its
-        facts chosen for the newest user message among them."""
-        question = question_of(messages) if self.inject_mode == "relevant" else ""
-        found = self.context(user_id, question)
-        return [*found, *messages] if found else list(messages)
 
     # -- profiles --------------------------------------------------------------------------
 

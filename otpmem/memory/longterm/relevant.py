@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 from ...messages import short_repr
 from ...stores import Fact, FactStamps
-from ...stores.longterm import check_user
+from ...stores.scopes import Who, canonical, owner_key
 
 MAX_CACHED = 50_000
 """How many facts, over all users, a LongTermMemory keeps indexed: about 0.6 KiB each
@@ -78,7 +78,7 @@ class UserFacts:
     __slots__ = ("_index", "_lock", "_reuse", "facts", "newest", "state")
 
     def __init__(
-        self, user_id: str, state: Hashable, facts: Sequence[Fact], before: UserFacts | None
+        self, user_id: Who, state: Hashable, facts: Sequence[Fact], before: UserFacts | None
     ) -> None:
         self.state = state
         self.facts = tuple(f for f in facts if f.user_id == user_id)  # never another's
@@ -173,35 +173,37 @@ class FactIndex:
     def __repr__(self) -> str:
         return f"FactIndex({self.store!r}, {len(self._users)} users, {self._cached} facts)"
 
-    def facts(self, user_id: str) -> UserFacts:
-        """The user's facts as they stand now: the cached ones while the stamp holds."""
-        user_id = check_user(user_id)
-        stamp = self.store.facts_stamp(user_id) if self.stamped else None
-        cached = self._get(user_id)
+    def facts(self, user_id: Who) -> UserFacts:
+        """The facts of a user (or a Scope) as they stand now: the cached ones while the
+        stamp holds."""
+        who, owner = canonical(user_id), owner_key(user_id)
+        stamp = self.store.facts_stamp(who) if self.stamped else None
+        cached = self._get(owner)
         if stamp is not None:
             if cached is not None and cached.state == stamp:
                 return cached
             # Read after the stamp: the facts are at least as new as it, never older.
-            found = self.store.get_facts(user_id)
+            found = self.store.get_facts(who)
             state: Hashable = stamp
         else:
-            found = self.store.get_facts(user_id)
+            found = self.store.get_facts(who)
             state = tuple((f.key, f.version, f.updated_at) for f in found)
             if cached is not None and cached.state == state:
                 return cached
-        return self._put(user_id, UserFacts(user_id, state, found, cached))
+        return self._put(owner, UserFacts(who, state, found, cached))
 
     def get_relevant(
-        self, query: str, user_id: str, limit: int = 5, min_score: float = 0.0
+        self, query: str, user_id: Who, limit: int = 5, min_score: float = 0.0
     ) -> list[FactHit]:
-        """The user's ``limit`` facts most relevant to ``query``, best first."""
+        """The ``limit`` facts of a user (or a Scope) most relevant to ``query``, best
+        first."""
         query, limit, floor = check_relevant(query, limit, min_score)
         return self.facts(user_id).rank(query, limit, floor)
 
-    def forget(self, user_id: str) -> None:
-        """Drop a user's entry (the next question reads the facts again)."""
+    def forget(self, user_id: Who) -> None:
+        """Drop the entry of a user (or a Scope): the next question reads the facts again."""
         with self._lock:
-            entry = self._users.pop(user_id, None)
+            entry = self._users.pop(owner_key(user_id), None)
             if entry is not None:
                 self._cached -= len(entry)
 

@@ -8,14 +8,19 @@ garbage is refused there and never reaches (or crashes) the index.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...actors import Handle, split_request
 from ...messages import Conv, ConvLike, as_conv, check_user_id, short_repr
-from ...stores import SearchHit
+from ...stores import Scope, SearchHit
+from ...stores.scopes import check_view
 from .base import Filter, Hit, check_filter
 
 Owner = str | None
+Only = Conv | tuple[Scope, ...] | None
+"""What a query is kept to within its tenant: one conversation, the conversations of some
+scopes, or none (every conversation of the tenant)."""
 
 SEARCH_MODES = ("ranked", "substring")
 
@@ -31,6 +36,22 @@ def check_scope(user_id: object, conversation: ConvLike | None) -> tuple[Owner, 
             f"conversation {key.conversation_id!r} belongs to {key.user_id!r}, not {owner!r}"
         )
     return key.user_id, key
+
+
+def check_scopes(
+    scope: object, user_id: object, conversation: object
+) -> tuple[Owner, tuple[Scope, ...]]:
+    """(the tenant, the scopes) of ``get_relevant(scope=...)``: one user's, and the same
+    user as ``user_id`` when both are given; never with a ``conversation``."""
+    view = check_view(scope, "scope")
+    if conversation is not None:
+        raise ValueError("give get_relevant a conversation or a scope, not both")
+    owner = view[0].user
+    if user_id is not None and user_id != owner:
+        raise ValueError(
+            f"scope {view[0]!r} is not {short_repr(user_id)}'s: no query crosses users"
+        )
+    return owner, view
 
 
 def check_query(query: object, limit: object, min_score: object) -> tuple[str, int, float]:
@@ -67,6 +88,8 @@ def check_request(message: object) -> tuple[str, tuple[Any, ...]]:
     kind, args = split_request(message, "RecallIndex", REQUESTS)
     if kind in ("relevant", "lexical", "substring", "refresh"):
         owner, only = _tenant(args[0], args[1])
+        if kind != "relevant" and type(only) is tuple:
+            raise ValueError(f"{kind} is kept to a tenant or a conversation, not to scopes")
         if kind == "refresh":
             return kind, (owner, only)
         if kind != "relevant":
@@ -96,11 +119,16 @@ def check_request(message: object) -> tuple[str, tuple[Any, ...]]:
     return kind, args
 
 
-def _tenant(owner: object, only: object) -> tuple[Owner, Conv | None]:
-    # As check_scope resolved them: the tenant, and a conversation that is the tenant's.
+def _tenant(owner: object, only: object) -> tuple[Owner, Only]:
+    # As check_scope resolved them: the tenant, and a conversation that is the tenant's
+    # (or, for a query, scopes that are).
     owner = check_user_id(owner)
     if only is None:
         return owner, None
+    if type(only) is tuple and only and all(type(s) is Scope for s in only):
+        if any(s.user != owner for s in only):
+            raise ValueError(f"scopes {only!r} are not all {short_repr(owner)}'s")
+        return owner, only
     key = as_conv(only)
     if key.user_id != owner:
         raise ValueError(f"conversation {key} is not {short_repr(owner)}'s: no query crosses users")
@@ -122,18 +150,25 @@ class RecallIndexHandle(Handle):
         min_score: float = 0.0,
         filter: Filter | None = None,
         distinct: bool = True,
+        scope: Scope | Sequence[Scope] | None = None,
         timeout: float | None = 30.0,
     ) -> list[Hit]:
         """The ``limit`` messages most relevant to ``query`` within one tenant, best first.
 
         The scope is ``user_id``'s conversations (None: those of no user), or just
-        ``conversation``. Scores are fused ranks in (0, 1] (see ``fusion``); ``min_score``
+        ``conversation``, or the conversations of a ``scope`` (a ``Scope``, or a view of
+        several of one user: those that joined any of them; the user's own: all of theirs).
+        Scores are fused ranks in (0, 1] (see ``fusion``); ``min_score``
         drops lower ones; ``filter`` keeps roles and metadata fields (``check_filter``).
         With ``distinct`` (the default) messages of the same role and text count once, as
         their best-ranked (newest) copy: ten copies of "thanks!" would tell nothing more
         than one and take the places of ten other messages.
         """
-        owner, only = check_scope(user_id, conversation)
+        only: Only
+        if scope is None:
+            owner, only = check_scope(user_id, conversation)
+        else:
+            owner, only = check_scopes(scope, user_id, conversation)
         text, limit, floor = check_query(query, limit, min_score)
         predicate = check_filter(filter)
         if type(distinct) is not bool:

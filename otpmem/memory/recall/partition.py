@@ -241,13 +241,13 @@ class Partition:
         """Which of the numbered documents are live."""
         return self.alive[: len(self.messages)]
 
-    def conv_mask(self, conv: Conv) -> npt.NDArray[np.bool_]:
-        """Which documents belong to ``conv`` (and are live)."""
-        n = len(self.messages)
-        state = self.convs.get(conv)
-        mask = np.zeros(n, dtype=bool)
-        if state is not None:
-            mask[np.asarray(state.docs, dtype=np.int64)] = True
+    def conv_mask(self, *convs: Conv) -> npt.NDArray[np.bool_]:
+        """Which documents belong to any of ``convs``."""
+        mask = np.zeros(len(self.messages), dtype=bool)
+        for conv in convs:
+            state = self.convs.get(conv)
+            if state is not None:
+                mask[np.asarray(state.docs, dtype=np.int64)] = True
         return mask
 
     def text_scores(

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...messages import Conv, FrozenDict, short_repr
-from ...stores import ChatMemory, SearchHit
+from ...stores import ChatMemory, Scope, SearchHit
 from ..window import call_ids
 from .base import Embedder, FilterFailed, Hit, noise_floor
 from .embedders import HashingEmbedder
@@ -69,10 +69,17 @@ class Engine:
         alive = part.live_mask()
         return alive if only is None else part.conv_mask(only) & alive
 
+    def _members(self, scopes: tuple[Scope, ...]) -> list[Conv] | None:
+        """The conversations of some scopes (None: a user's own is among them, so all)."""
+        if any(s.is_user for s in scopes):
+            return None
+        store: Any = self.tenants.store
+        return sorted({c for s in scopes for c in store.scope_conversations(s)})
+
     def relevant(
         self,
         owner: Owner,
-        only: Conv | None,
+        only: Conv | tuple[Scope, ...] | None,
         query: str,
         limit: int,
         floor: float,
@@ -80,10 +87,16 @@ class Engine:
         distinct: bool,
     ) -> list[Hit]:
         """The fused ranking of the tenant (see ``fusion``), filtered, copies once."""
-        part = self.tenants.catch_up(owner, only)
+        conv = only if isinstance(only, Conv) else None
+        members = None if only is None or conv is not None else self._members(only)  # type: ignore[arg-type]
+        if members == []:
+            return []  # scopes no conversation has joined
+        part = self.tenants.catch_up(owner, conv)
         if not len(part):
             return []
-        mask = self._mask(part, only)
+        mask = self._mask(part, conv)
+        if members is not None:
+            mask = mask & part.conv_mask(*members)  # live_mask is shared: never in place
         # A partial sort of a few times the limit first; when a filter or the duplicates
         # refuse too much of it, every candidate, best first.
         wanted = limit * (4 if distinct else 1)

@@ -1,7 +1,7 @@
 """MemoryStore's scope records: the encoded owners each user has, and who joined a scope.
 
     ("scopes", user)   ->  frozenset of owner keys: the user's scopes that hold anything
-    ("members", owner) ->  tuple of Conv, in the order they joined
+    ("members", owner) ->  (list of Conv in the order they joined, n, set of them)
 
 A write to an encoded owner (a fact, a profile, a block, a join) lists it under its user in
 the same ``Table.update``, so ``forget_user`` finds every record of the user's scopes
@@ -31,12 +31,24 @@ def listed(mapping: Mapping[Any, Any], owner: str) -> dict[Any, Any]:
     return {} if owner in owners else {record: owners | {owner}}
 
 
+Members = tuple[list[Conv], int, set[Conv]]
+"""A scope's members as the user index keeps conversations: an append-only list readers
+never read past n of, and a set only the writer (under the store's write lock) asks, so a
+join costs O(1) however many conversations a run or a team has."""
+
+
 def join_puts(mapping: Mapping[Any, Any], owner: str, conv: Conv) -> dict[Any, Any]:
     """What ``conv`` joining the scope keyed ``owner`` writes ({} when it has joined)."""
-    members: tuple[Conv, ...] = mapping.get(lt.key("members", owner), ())
-    if conv in members:
+    members: Members | None = mapping.get(lt.key("members", owner))
+    if members is None:
+        return {**listed(mapping, owner), lt.key("members", owner): ([conv], 1, {conv})}
+    convs, n, seen = members
+    if conv in seen:
         return {}
-    return {**listed(mapping, owner), lt.key("members", owner): (*members, conv)}
+    del convs[n:]  # readers never look past n
+    convs.append(conv)
+    seen.add(conv)
+    return {lt.key("members", owner): (convs, n + 1, seen)}
 
 
 def forget_records(mapping: Mapping[Any, Any], user_id: str) -> list[Any]:
@@ -67,8 +79,8 @@ class ScopeReads:
             raise ValueError(f"scope_conversations takes a Scope, got {scope!r}")
         if scope.is_user:
             return sorted(self.conversations(scope.user))
-        members: tuple[Conv, ...] = self._mapping().get(lt.key("members", owner_key(scope)), ())
-        return sorted(members)
+        members: Members | None = self._mapping().get(lt.key("members", owner_key(scope)))
+        return [] if members is None else sorted(members[0][: members[1]])
 
     def scopes(self, user_id: str | None) -> list[Scope]:
         """The user's scopes beyond their own that hold anything, in key order."""
