@@ -102,6 +102,9 @@ class Publisher:
         self._ready = ready
         self._stop = threading.Event()
         self._conn: Any = None
+        # One writer at a time: publish_now from the caller's thread and the loop's would
+        # write the same partial file, and the second os.replace would find it gone.
+        self._writing = threading.Lock()
         self.published = 0
         self._thread = threading.Thread(target=self._loop, name="otpmem-publish", daemon=True)
         self._thread.start()
@@ -130,6 +133,10 @@ class Publisher:
 
     def publish_now(self, running: bool = True) -> None:
         """Take a snapshot and publish it now."""
+        with self._writing:
+            self._publish(running)
+
+    def _publish(self, running: bool) -> None:
         document = self._document(running)
         if self.directory is not None:
             if not self.directory.is_dir():
