@@ -282,3 +282,23 @@ def test_prune_keeps_the_latest_and_the_graph_goes_on_from_it(store: MemoryStore
     saver.delete_thread("t1")
     assert saver.get_tuple(thread("t1")) is None
     assert store.conversations("langgraph") == []
+
+
+def test_the_newest_checkpoint_is_read_from_the_tail_with_all_its_writes(
+    store: MemoryStore,
+) -> None:
+    saver = OtpmemSaver(store)
+    config: RunnableConfig = {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
+    for step in range(40):
+        checkpoint = empty_checkpoint()
+        config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {})
+        saver.put_writes(config, [("ch", step)], f"task-{step}")
+    for task in range(40):  # more writes than the first window holds, after the newest
+        saver.put_writes(config, [("many", task)], f"late-{task}")
+    newest = saver.get_tuple({"configurable": {"thread_id": "long"}})
+    assert newest is not None and newest.metadata["step"] == 39
+    assert newest == next(saver.list({"configurable": {"thread_id": "long"}}, limit=1))
+    assert newest.pending_writes is not None and len(newest.pending_writes) == 41
+    saver.prune(["long"])
+    pruned = saver.get_tuple({"configurable": {"thread_id": "long"}})
+    assert pruned is not None and pruned.config == newest.config

@@ -57,6 +57,7 @@ from .langgraph_records import (
 )
 
 STRATEGIES = ("keep_latest", "delete")
+TAIL = 4  # the newest messages get_tuple reads first: a checkpoint and its tasks' writes
 
 
 class OtpmemSaver(BaseCheckpointSaver[str]):
@@ -82,8 +83,6 @@ class OtpmemSaver(BaseCheckpointSaver[str]):
         self.user_id = user_id
         self.timeout = float(timeout)
 
-    # -- where things are kept --------------------------------------------------------------
-
     def conversation(self, thread_id: str, checkpoint_ns: str = "") -> Conv:
         """The conversation that holds one thread's checkpoints in one namespace."""
         where = json.dumps([thread_id, checkpoint_ns], separators=(",", ":"))
@@ -103,16 +102,31 @@ class OtpmemSaver(BaseCheckpointSaver[str]):
     def _read(self, conv: Conv) -> ThreadRecords:
         return ThreadRecords(self.store.get(conv))
 
-    # -- reading ----------------------------------------------------------------------------
-
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the newest), or None."""
         thread_id, ns = where(config)
-        thread = self._read(self.conversation(thread_id, ns))
-        checkpoint_id = get_checkpoint_id(config) or thread.latest()
+        conv = self.conversation(thread_id, ns)
+        checkpoint_id = get_checkpoint_id(config)
+        thread, whole = self._read_tail(conv)
+        if checkpoint_id and checkpoint_id not in thread.checkpoints and not whole:
+            thread = self._read(conv)  # an older checkpoint: a replay, a fork
+        checkpoint_id = checkpoint_id or thread.latest()
         if checkpoint_id is None or checkpoint_id not in thread.checkpoints:
             return None
         return self._tuple(thread_id, ns, checkpoint_id, thread)
+
+    def _read_tail(self, conv: Conv) -> tuple[ThreadRecords, bool]:
+        """The newest messages, enough to hold the newest checkpoint: what a graph reads on
+        every invoke costs the last puts, not the thread's history. Ids grow as they are
+        appended and a checkpoint's writes follow it, so the window (grown until it holds a
+        checkpoint) holds the newest and its writes. True: it holds the whole thread."""
+        window = TAIL
+        while True:
+            messages = self.store.get(conv, last=window)
+            thread = ThreadRecords(messages)
+            if thread.checkpoints or len(messages) < window:
+                return thread, len(messages) < window
+            window *= 4
 
     def list(
         self,
@@ -371,7 +385,7 @@ class OtpmemSaver(BaseCheckpointSaver[str]):
         """``get_delta_channel_history``, awaited through ``otpmem.aio``."""
         return await aio.run(self.get_delta_channel_history, config=config, channels=channels)
 
-    # -- the serializer's bytes, as text a message may hold ---------------------------------
+    # -- the serializer's bytes, as text a message may hold --
 
     def _dumps(self, value: Any) -> builtins.list[str]:
         kind, data = self.serde.dumps_typed(value)
