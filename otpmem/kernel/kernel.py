@@ -51,6 +51,19 @@ class MaxToolIterations(KernelError):
         self.calls = calls
 
 
+class ApprovalRequired(KernelError):
+    """The model called a tool that needs a human's approval: the kernel alone keeps no turn
+    to suspend (an agent does), so its tool loop stops here; ``calls`` are those calls."""
+
+    def __init__(self, calls: Sequence[Mapping[str, Any]]) -> None:
+        names = ", ".join(sorted({str(c.get("function", {}).get("name")) for c in calls}))
+        super().__init__(
+            f"the model called {names}, which needs a human's approval: run it through an "
+            "agent (Agent.start_link(..., tools=...)), whose turn waits for agent.resume"
+        )
+        self.calls = list(calls)
+
+
 class Kernel:
     """Model, filters and tools, invoked with a tool loop::
 
@@ -129,6 +142,16 @@ class Kernel:
                 response = dataclasses.replace(response, usage=priced)
         return response
 
+    def awaiting_approval(self, calls: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The calls of ``calls`` whose tool needs a human's approval before it runs."""
+        tools = self.tools
+        return [
+            call
+            for call in calls
+            if (found := tools.get(str((call.get("function") or {}).get("name", "")))) is not None
+            and found.needs_approval
+        ]
+
     def run_tool(self, call: Mapping[str, Any], context: Context) -> dict[str, Any]:
         """Run one tool call through the ``around_tool`` filters; the tool message."""
         function = call.get("function") or {}
@@ -178,6 +201,9 @@ class Kernel:
             response, context = self.chat(sent, context, system_prompt, **options)
             if not response.tool_calls:
                 return response, context
+            awaiting = self.awaiting_approval(response.tool_calls)
+            if awaiting:
+                raise ApprovalRequired(awaiting)
             results = [self.run_tool(call, context) for call in response.tool_calls]
             calls += len(results)
             if delta:
