@@ -32,6 +32,7 @@ MODULES: list[str] = [
     "context",
     "summary_turns",
     "agents",
+    "telemetry",
     "scale",
     "activation",
     "recall",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kernel import Context, Kernel, refusal
+from ..memory import MemoryProvider
 from ..messages import Conv, short_repr
 from ._turn import TurnWriter, check_retry
 from .errors import TurnNotSuspended, TurnSuspended
@@ -97,6 +98,12 @@ def refuse_new_turn(conv: Conv, history: Sequence[Mapping[str, Any]]) -> None:
     if point is not None:
         turn_id, ids = point
         raise TurnSuspended(conv, turn_id, pending_calls(history[-1], ids))
+
+
+def refuse_while_suspended(keyed: MemoryProvider | None, conv: Conv) -> None:
+    """``TurnSuspended`` if the stored conversation's newest message awaits approval."""
+    if keyed is not None:
+        refuse_new_turn(conv, keyed.window(conv, 1).tail)
 
 
 def check_approve(approve: object) -> bool | dict[str, bool]:

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from .. import telemetry
 from ..actors import (
     AlreadyStarted,
     ExitReason,
@@ -41,6 +42,7 @@ from ._approval import (
     mark,
     pending_calls,
     refuse_new_turn,
+    refuse_while_suspended,
     resume_point,
 )
 from ._config import ConversationBusy
@@ -176,7 +178,7 @@ class Agent(GenServer[AgentHandle]):
             return provider.history(conv) if provider is not None else []
         if kind == "add_message":
             if provider is not None:
-                self._refuse_if_suspended()
+                refuse_while_suspended(self.config.keyed, conv)
                 provider.append(conv, [validate(args[0])])
             return None
         if kind == "clear":
@@ -209,10 +211,20 @@ class Agent(GenServer[AgentHandle]):
         if given is None:
             raise ValueError("resume needs the turn_id of the suspended turn (result.turn_id)")
         decided = check_approve(approve)
-        return self._guarded(given, lambda meta: self._continue(meta, given, decided))
+        return self._guarded(given, lambda meta: self._continue(meta, given, decided), True)
 
-    def _guarded(self, turn_id: str, body: Callable[[dict[str, Any]], TurnResult]) -> TurnResult:
+    def _guarded(
+        self, turn_id: str, body: Callable[[dict[str, Any]], TurnResult], resume: bool = False
+    ) -> TurnResult:
         """Run a turn's ``body`` as its conversation's writer, with the turn's callbacks."""
+        config = self.config
+        if telemetry.ENABLED:
+            return telemetry.turn(
+                lambda: self._writing(turn_id, body), config.conv, turn_id, config.name, resume
+            )
+        return self._writing(turn_id, body)
+
+    def _writing(self, turn_id: str, body: Callable[[dict[str, Any]], TurnResult]) -> TurnResult:
         config = self.config
         meta = {
             "agent_name": config.agent_name,
@@ -363,11 +375,6 @@ class Agent(GenServer[AgentHandle]):
                     mark(message, turn_id, asking)
                 self._store(writer, [message], history, added)
             config.sending.settle()  # the answer's usage is recorded: its hold goes
-
-    def _refuse_if_suspended(self) -> None:
-        keyed = self.config.keyed
-        if keyed is not None:
-            refuse_new_turn(self.config.conv, keyed.window(self.config.conv, 1).tail)
 
     def _build(
         self, history: list[Any], stored: list[dict[str, Any]]

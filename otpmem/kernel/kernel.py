@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from .. import telemetry
 from ..actors import blocking
 from ..llm import ChatModel, ChatResponse, Pricing
 from ..memory import valid_context
@@ -114,23 +115,37 @@ class Kernel:
     ) -> tuple[ChatResponse, Context]:
         """One model call through the filters (no tool loop)."""
         if not self.filters and not system_prompt:  # nothing around the call: make it
-            return self._call_model(messages, options), context or Context()
+            context = context or Context()
+            return self._call_model(messages, options, context), context
         filters = list(self.filters)
         if system_prompt:
             filters.append(system_prompt_filter([{"role": "system", "content": system_prompt}]))
 
         def terminal(request: ChatRequest) -> tuple[ChatResponse, Context]:
-            return self._call_model(request.messages, request.options), request.context
+            return (
+                self._call_model(request.messages, request.options, request.context),
+                request.context,
+            )
 
         request = ChatRequest(list(messages), context or Context(), options)
         response, out = run_chat_chain(filters, terminal, request)
         return response, out
 
     def _call_model(
-        self, messages: Sequence[Mapping[str, Any]], options: Mapping[str, Any]
+        self, messages: Sequence[Mapping[str, Any]], options: Mapping[str, Any], context: Context
     ) -> ChatResponse:
         # The last step before the model, whatever filters and memory built the list.
         sent = valid_context(messages)
+        if telemetry.ENABLED:
+            return telemetry.model_call(
+                lambda: self._model(sent, options),
+                self.model_name,
+                context.conversation_id,
+                context.vars.get("turn_id"),
+            )
+        return self._model(sent, options)
+
+    def _model(self, sent: list[Any], options: Mapping[str, Any]) -> ChatResponse:
         if getattr(self.llm, "blocks", True):
             # An HTTP call holds its thread for seconds: off the schedulers with it.
             response = blocking(self.llm.chat, sent, self.specs, **options)
@@ -164,7 +179,16 @@ class Kernel:
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments)  # a model or script that sent an object
             request = ToolRequest(found, call, arguments, context)
-            content = run_tool_chain(self.filters, _run_tool, request)
+            if telemetry.ENABLED:
+                content = telemetry.tool_call(
+                    lambda: run_tool_chain(self.filters, _run_tool, request),
+                    name,
+                    call["id"],
+                    context.conversation_id,
+                    context.vars.get("turn_id"),
+                )
+            else:
+                content = run_tool_chain(self.filters, _run_tool, request)
         return {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
 
     def invoke(
