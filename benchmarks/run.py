@@ -38,6 +38,7 @@ MODULES: list[str] = [
     "postgres",
     "longterm",
     "blocks",
+    "scopes",
     "nodes",
     "soak",
 ]
