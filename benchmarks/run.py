@@ -39,6 +39,7 @@ MODULES: list[str] = [
     "postgres",
     "longterm",
     "blocks",
+    "scopes",
     "nodes",
     "soak",
 ]
