@@ -16,7 +16,7 @@ from ...messages import Conv
 from .._base import ConversationCleared, LeaseLost
 from .._write_rules import CALLER_ERRORS
 from ._leases import Fence
-from ._pool import pooled, unavailable
+from ._pool import pooled, take, unavailable
 from ._writes import Add, FencesLost, Writes, check_appended
 
 T = TypeVar("T")
@@ -51,9 +51,21 @@ class Committing:
         what each caller hears (None: stored)."""
         outcomes: list[BaseException | None] = [None] * len(items)
         going = [i for i, (add, _) in enumerate(items) if add[1]]  # empty: nothing to store
-        if going:
-            with self._caller_errors(self.handle), self._cursor() as (_, cur):
-                self._commit_group(cur, items, going, outcomes)
+        if not going:
+            return outcomes
+        try:
+            # Autocommit statements only (each group one), so the connection goes back as
+            # it came: taken and given back bare, with no context manager to pay for.
+            conn = take(self.pool, self.connect_timeout)
+            try:
+                self._commit_group(conn.cursor(), items, going, outcomes)
+            finally:
+                self.pool.putconn(conn)
+        except BaseException as exc:
+            mapped = self._as_caller_error(exc, self.handle)
+            if mapped is exc:
+                raise
+            raise mapped from exc
         return outcomes
 
     def _commit_group(

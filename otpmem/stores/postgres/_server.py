@@ -30,60 +30,31 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ...actors import (
-    GenServer,
-    Handle,
-    NoProcess,
-    blocking,
-    on_exit,
-)
+from ...actors import GenServer, Handle, blocking, on_exit
 from ...actors.faults import FaultPlan
 from ...messages import short_repr
 from ...supervisors import ChildSpec, SupervisorEvent
-from .._base import (
-    STORE_INTENSITY,
-    STORE_PERIOD,
-    StoreError,
-    StoreUnavailable,
-)
-from .._client import StoreClient
-from .._holds import ReservationClient
-from .._longterm_client import LONGTERM_KINDS, LongTermClient
+from .._base import STORE_INTENSITY, STORE_PERIOD, StoreError, StoreUnavailable
+from .._client import CheckedAdd
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
-from ..blocks import BLOCK_EDIT
-from ..reservations import RESERVATION_KINDS, abandoned_hold
-from ._blocks import PostgresBlocks, ensure_blocks
-from ._commit import Committing, FencedAdd, FenceOf, refused
+from ..reservations import abandoned_hold
+from ._blocks import ensure_blocks
+from ._commit import Committing, FencedAdd, FenceOf
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dir, embedded_dsn
 from ._group_commit import GroupCommit
+from ._handle import WRITES, PostgresStoreHandle, _psycopg
 from ._holds import ensure_holds
 from ._leases import ensure_leases
-from ._pool import CONNECT_TIMEOUT, open_pool, pooled, unavailable
-from ._reads import PostgresReads, compose
+from ._pool import CONNECT_TIMEOUT, open_pool, pooled
+from ._reads import compose
 from ._requests import Requests
 from ._schema import check_namespace, check_schema, ensure_schema
-from ._scopes import ScopeReads
 
 logger = logging.getLogger("otpmem.stores")
 
-READY_TIMEOUT = 30.0
 GROUP_MAX = 64  # adds committed in one transaction at most
-WRITES = frozenset(
-    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS, BLOCK_EDIT}
-)
-
-
-def _psycopg() -> Any:
-    try:
-        import psycopg
-        import psycopg_pool
-    except ImportError as exc:  # the extra is not installed
-        raise StoreUnavailable(
-            "PostgresStore needs psycopg: pip install 'otpmem[postgres]'"
-        ) from exc
-    return psycopg, psycopg_pool
 
 
 @contextmanager
@@ -142,66 +113,6 @@ def schema_exists(dsn: str, namespace: str) -> bool:
             "SELECT to_regclass(%s) IS NOT NULL", (f"{namespace}.schema_version",)
         ).fetchone()
     return bool(row and row[0])
-
-
-class PostgresStoreHandle(
-    PostgresReads,
-    StoreClient,
-    LongTermClient,
-    ReservationClient,
-    PostgresBlocks,
-    ScopeReads,
-    Handle,
-):
-    """The ``ChatMemory`` (and ``LongTermStore``, ``ReservationStore``, ``BlockStore``,
-    ``ScopeStore``) face of a PostgresStore."""
-
-    __slots__ = ()
-
-    def _server(self) -> Any:
-        process = self.resolve()
-        if not process.wait_ready(READY_TIMEOUT):
-            raise NoProcess(self._target())
-        return process.server
-
-    def schema(self) -> str:
-        """The PostgreSQL schema (``namespace``) the store's tables are in."""
-        namespace: str = self._server().namespace
-        return namespace
-
-    @contextmanager
-    def connection(self) -> Iterator[Any]:
-        """A pooled autocommit connection to the store's server for the block, for tables
-        of one's own in its schema (a RecallIndex's snapshots); errors as a read's."""
-        with self._reading() as (conn, _):
-            yield conn
-
-    def call(self, message: Any, timeout: float | None = 5.0) -> Any:
-        """A store request runs here, on this thread, as one transaction; anything else is
-        a call to the server."""
-        if (
-            type(message) is tuple
-            and message
-            and type(message[0]) is str
-            and (message[0] in WRITES)
-        ):
-            server = self._server()
-            return blocking(server.perform, message, self._target())
-        return super().call(message, timeout)
-
-    @contextmanager
-    def _reading(self) -> Iterator[tuple[Any, Any]]:
-        server = self._server()
-        psycopg, pool_module = _psycopg()
-        try:
-            with pooled(server.pool, server.connect_timeout) as conn:
-                yield conn, server.reads
-        except psycopg.DataError as exc:
-            raise refused(exc) from None
-        except (psycopg.OperationalError, pool_module.PoolTimeout) as exc:
-            raise unavailable(exc, server.dsn, server.connect_timeout, "a read") from exc
-        except pool_module.PoolClosed:
-            raise NoProcess(self._target()) from None
 
 
 class PostgresStore(Committing, GenServer):
@@ -379,14 +290,24 @@ class PostgresStore(Committing, GenServer):
         the adds of other threads in one, as a group commit)."""
         work, args = self.requests.work(message)  # a checked request: message[0] its kind
         if self.read_only and message[0] in WRITES:
-            raise StoreError(
-                f"this PostgresStore (schema {self.namespace!r}) was opened read_only=True: "
-                f"it does not {message[0]}"
-            )
+            raise self._read_only(message[0])
         if work == self.writes.append:
-            return self.group.submit((args, None if self.fence is None else self.fence(args[0])))
+            return self.add_checked(args)
         with self._caller_errors(owner), self._cursor() as (conn, cur):
             return self._in_transaction(conn, lambda: work(cur, *args))
+
+    def add_checked(self, add: CheckedAdd) -> None:
+        """Commit an add its handle (or the door) already checked, in a group commit with
+        the adds of other threads; returns once it is stored."""
+        if self.read_only:
+            raise self._read_only("add")
+        self.group.submit((add, None if self.fence is None else self.fence(add[0])))
+
+    def _read_only(self, kind: str) -> StoreError:
+        return StoreError(
+            f"this PostgresStore (schema {self.namespace!r}) was opened read_only=True: "
+            f"it does not {kind}"
+        )
 
 
 __all__ = ["PostgresStore", "PostgresStoreHandle", "connected", "schema_exists"]

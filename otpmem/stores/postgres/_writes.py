@@ -31,8 +31,9 @@ from ..longterm import (
     fact_from_list,
 )
 from ..scopes import owner_key
+from ._functions import FENCES_LOST
 from ._leases import Fence
-from ._schema import FENCES_LOST, user_key
+from ._schema import user_key
 from ._scopes import ScopeWrites, stored_owner
 
 Add = CheckedAdd
@@ -40,6 +41,17 @@ Add = CheckedAdd
 
 _SQL = {
     # The bodies go as binary bytea (%b): no hex text to encode here and decode there.
+    # The plainest add (one message; no key, follows, usage or summary) as one statement:
+    # append's steps for it, without a function call or arrays to encode (a third of the
+    # server's and the client's work per add, measured). The user's lock is taken first,
+    # as append takes it (the gating one-time filter runs before the row is read); no row
+    # yet (a first add) inserts nothing, and append makes the row.
+    "append_plain": "WITH held AS (SELECT pg_advisory_xact_lock_shared(hashtext('otpmem.user.' "
+    "|| %s))), moved AS (UPDATE {ns}.conversations SET next_seq = next_seq + 1, "
+    "count = count + 1, pinned_count = pinned_count + %s WHERE user_key = %s AND "
+    "conversation_id = %s AND EXISTS (SELECT FROM held) RETURNING user_key, conversation_id, "
+    "next_seq - 1 AS seq) INSERT INTO {ns}.messages (user_key, conversation_id, seq, body, "
+    "pinned) SELECT user_key, conversation_id, seq, %b, %s FROM moved",
     "append": "SELECT {ns}.append(%s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "append_group": "SELECT {ns}.append_group(%s, %s, %s, %b, %s, %s, %s, %s, %s, %s, %s, %s, "
     "%s, %s, %s)",
@@ -107,7 +119,8 @@ class Writes:
 
     def __init__(self, namespace: str) -> None:
         ns = sql.Identifier(namespace)
-        self.q = {name: sql.SQL(text).format(ns=ns) for name, text in _SQL.items()}
+        # As bytes: a composed query is rendered again at every execute (~5 us an add).
+        self.q = {name: sql.SQL(text).format(ns=ns).as_bytes(None) for name, text in _SQL.items()}
         self.forget = [
             sql.SQL("DELETE FROM {ns}.{table} WHERE user_key = %s").format(
                 ns=ns, table=sql.Identifier(table)
@@ -130,9 +143,15 @@ class Writes:
         follows: str | None = None,
     ) -> None:
         """Append one batch in the caller's transaction: one call of the schema's
-        ``append`` function (the row lock, the key, the rows, the index and the sums)."""
+        ``append`` function (the row lock, the key, the rows, the index and the sums), or
+        one ``append_plain`` statement for one plain message."""
         if not batch:
             return
+        plain = plain_arguments(conv, batch) if key is None and follows is None else None
+        if plain is not None:
+            cur.execute(self.q["append_plain"], plain)
+            if cur.rowcount == 1:
+                return  # stored: no key to have been stored before, no batch to follow
         cur.execute(self.q["append"], append_arguments(conv, batch, key, follows))
         check_appended(cur.fetchone()[0], conv, follows)
 
@@ -296,6 +315,21 @@ def append_arguments(
         KEYS_KEPT,
         True,  # a lone add moves its user's sums itself
     )
+
+
+def plain_arguments(conv: Conv, batch: Sequence[FrozenDict]) -> tuple[Any, ...] | None:
+    """The arguments of the ``append_plain`` statement for a batch of one message that
+    carries no usage and is no pinned summary (None: the batch needs ``append``); the
+    caller checks that the add has no key and follows none."""
+    if len(batch) != 1:
+        return None
+    message = batch[0]
+    pinned = is_pinned(message)
+    if (pinned and is_summary(message)) or batch_usage(batch) is not None:
+        return None
+    user = user_key(conv.user_id)
+    body = msgpack.packb(message, use_bin_type=True)
+    return user, int(pinned), user, conv.conversation_id, body, pinned
 
 
 def _conv_order(conv: Conv) -> tuple[str, str]:
