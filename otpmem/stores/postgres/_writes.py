@@ -290,13 +290,16 @@ def append_arguments(
     pins: list[bool] = []
     usage = batch_usage(batch) or Usage()
     summary_at = -1
+    pinned_added = 0  # the batch's pinned messages, its superseded summaries included
     for i, message in enumerate(batch):
         bodies.append(msgpack.packb(message, use_bin_type=True))
         pinned = is_pinned(message)
-        if pinned and is_summary(message):
-            if summary_at >= 0:
-                pins[summary_at] = False  # an earlier summary of this very batch
-            summary_at = i
+        if pinned:
+            pinned_added += 1
+            if is_summary(message):
+                if summary_at >= 0:
+                    pins[summary_at] = False  # an earlier summary of this very batch
+                summary_at = i
         pins.append(pinned)
     return (
         user_key(conv.user_id),
@@ -304,7 +307,7 @@ def append_arguments(
         bodies,
         pins,
         summary_at,
-        sum(1 for m in batch if is_pinned(m)),
+        pinned_added,
         key,
         follows,
         usage.prompt_tokens,
