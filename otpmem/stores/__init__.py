@@ -22,7 +22,7 @@ from ._base import (
     StoreLocked,
     StoreUnavailable,
 )
-from ._documents import parse_import
+from ._documents import import_key, parse_import
 from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
 from .longterm import (
@@ -95,6 +95,7 @@ __all__ = [
     "Usage",
     "Who",
     "default_store",
+    "import_key",
     "parse_import",
     "scope_usage",
     "usage_of",
