@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from ...actors import NO_REPLY, GenServer, blocking, is_tagged, on_exit
 from ...actors.faults import FaultPlan
 from ...messages import Conv, short_repr
@@ -157,6 +159,7 @@ class LevelDBStore(Appending, GenServer):
         # built under this lock, which the server takes too for anything that reads or
         # changes what an add builds on; clears and long-term writes pause them instead.
         self.write_lock = threading.Lock()
+        self.packer = msgpack.Packer(use_bin_type=True)
         self.writes_here = True
         self.closed = False
         on_exit(self._close)
