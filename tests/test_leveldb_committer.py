@@ -213,3 +213,21 @@ def test_direct_writes_failing_together_restart_the_store_once(
     second.join(WAIT)
     assert isinstance(one["error"], StoreError) and isinstance(two["error"], StoreError)
     assert len(committer.failures) == 1  # type: ignore[attr-defined]
+
+
+def test_flush_waits_for_the_direct_writes_claimed_before_it_not_those_after(
+    committer: Committer, db: FakeDB
+) -> None:
+    # Threads that go on adding must not starve a flush (or a clear behind it).
+    first = committer.begin_direct({b"a": b"v"})
+    assert first is not None
+    flushed, result = in_thread(lambda: committer.flush(timeout=WAIT), "flush")
+    flushed.join(NOT_YET)
+    assert flushed.is_alive(), "flush returned before a write claimed before it was on disk"
+    later = committer.begin_direct({b"b": b"v"})
+    assert later is not None
+    committer.write_direct([(b"a", b"v")], {b"a": b"v"}, first)
+    flushed.join(WAIT)
+    assert result == {"value": True}  # with the later write still on its way
+    committer.write_direct([(b"b", b"v")], {b"b": b"v"}, later)
+    assert [keys for _, keys in db.written] == [[b"a"], [b"b"]]

@@ -111,7 +111,7 @@ class Appending:
             conv, idempotency_key, follows, _KeysHeld(self, conv, staged)
         ):
             return []  # stored already: a retry
-        known = self._conversation(conv)
+        known = self.convs.get(conv) or self._conversation(conv)
         meta, prefix, pinned = known.meta, known.messages, known.pinned
         seq = meta.next_seq
         pack, key = self.packer.pack, keys.message_key  # the packer: under the write lock

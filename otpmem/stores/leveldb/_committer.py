@@ -174,7 +174,7 @@ class Committer:
         """Whether every direct write claimed before ``token`` is on disk (or a write
         failed: nothing more is written then)."""
         direct = self._direct
-        return self._failed is not None or not direct or next(iter(direct)) > token
+        return self._failed is not None or not direct or next(iter(direct)) >= token
 
     def _queued(
         self,
@@ -204,9 +204,12 @@ class Committer:
         """Wait until everything submitted so far is written; False on timeout."""
         with self._cond:
             self._flushing += 1
+            # The direct writes claimed so far, not those of threads that go on writing.
+            before = self.writes + 1
             try:
                 return self._cond.wait_for(
-                    lambda: not self._queue and not self._busy and not self._direct, timeout
+                    lambda: not self._queue and not self._busy and self._nothing_before(before),
+                    timeout,
                 )
             finally:
                 self._flushing -= 1
