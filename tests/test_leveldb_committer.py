@@ -231,3 +231,22 @@ def test_flush_waits_for_the_direct_writes_claimed_before_it_not_those_after(
     assert result == {"value": True}  # with the later write still on its way
     committer.write_direct([(b"b", b"v")], {b"b": b"v"}, later)
     assert [keys for _, keys in db.written] == [[b"a"], [b"b"]]
+
+
+def test_a_write_queued_while_a_flush_waits_goes_after_the_direct_write_before_it(
+    committer: Committer, db: FakeDB
+) -> None:
+    # The flush and the committer thread wait on one condition: both are woken, and the
+    # queued group still goes only after the direct write claimed before it.
+    claimed = committer.begin_direct({b"a": b"v"})
+    assert claimed is not None
+    flushed, result = in_thread(lambda: committer.flush(timeout=WAIT), "flush")
+    flushed.join(NOT_YET)
+    queued = OneShot()
+    committer.submit([(b"q", b"v")], queued, {b"q": b"v"})
+    assert not db.entered.wait(NOT_YET), "a group went before a direct write claimed before it"
+    committer.write_direct([(b"a", b"v")], {b"a": b"v"}, claimed)
+    assert queued.wait(WAIT) and queued.error is None
+    flushed.join(WAIT)
+    assert result == {"value": True}
+    assert [keys for _, keys in db.written] == [[b"a"], [b"q"]]

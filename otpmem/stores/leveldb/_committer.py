@@ -114,7 +114,12 @@ class Committer:
         """
         with self._lock:
             if self._queued(ops, to, staged, answer):
-                self._cond.notify()
+                # A flush may wait on the condition too (for a direct write): notify() could
+                # wake it rather than the committer thread.
+                if self._flushing:
+                    self._cond.notify_all()
+                else:
+                    self._cond.notify()
 
     def begin_direct(self, staged: dict[bytes, bytes | None]) -> int | None:
         """Claim a write a plain thread makes itself (``write_direct``): its token, or None
