@@ -341,6 +341,41 @@ def is_pinned(message: Mapping[str, Any]) -> bool:
     return isinstance(metadata, Mapping) and metadata.get("pinned") is True
 
 
+def split_pinned(
+    messages: Iterable[Mapping[str, Any]],
+) -> tuple[list[Any], list[Any], int, int]:
+    """One pass over ``messages``: (the pinned ones, the others, how many of the pinned are
+    summaries, the index in the others just past their last tool result, 0 if none).
+
+    ``is_pinned`` and ``is_summary``, inlined: a windowed turn splits every message of its
+    window here, and a call per message was the largest part of that work.
+    """
+    pinned: list[Any] = []
+    body: list[Any] = []
+    summaries = 0
+    after_tool = 0
+    for message in messages:
+        role = message.get("role")
+        if role == "system":
+            pinned.append(message)
+            metadata = message.get("metadata")
+            if metadata is not None and is_summary(message):
+                summaries += 1
+            continue
+        if role == "tool":
+            body.append(message)
+            after_tool = len(body)
+            continue
+        metadata = message.get("metadata")
+        if metadata is None or message.get("tool_calls"):
+            body.append(message)
+        elif metadata.get("pinned") is True if isinstance(metadata, dict) else is_pinned(message):
+            pinned.append(message)
+        else:
+            body.append(message)
+    return pinned, body, summaries, after_tool
+
+
 def is_summary(message: Mapping[str, Any]) -> bool:
     """A rolling summary: a system message with ``metadata.summary`` (the newest supersedes
     the ones before it)."""

@@ -3,6 +3,7 @@ under the store's write lock, other writes as calls (see ``_server``)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -210,8 +211,15 @@ class MemoryStoreHandle(
         messages, n = entry.messages, entry.count
         start = max(0, n - last)
         tail = messages[start:n]
-        before = [(p, messages[p]) for p in entry.pins if p < start]
-        tail_pinned = sum(1 for m in tail if is_pinned(m))
+        pins = entry.pins  # ascending
+        at = bisect_left(pins, start)
+        before = [(p, messages[p]) for p in pins[:at]]
+        if entry.pinned_count == len(pins):
+            # Every pinned message is indexed (no superseded summary): the tail's are the
+            # indexed ones from start on, counted without reading a message.
+            tail_pinned = len(pins) - at
+        else:
+            tail_pinned = sum(1 for m in tail if is_pinned(m))
         pinned_before = entry.pinned_count - tail_pinned
         return StoredWindow(before, tail, start, n, pinned_before, tail_pinned)
 
