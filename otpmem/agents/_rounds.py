@@ -33,8 +33,11 @@ def run_rounds(
     round that awaits a human's approval (``decided``: that round's decisions)."""
     conv, kernel, turn_id = config.conv, config.kernel, writer.turn_id
     context = Context(conversation_id=conv, vars={"turn_id": turn_id})  # keys edits
-    iterations = sum(1 for m in added if m.get("role") == "assistant")
-    calls = sum(1 for m in added if m.get("role") == "tool") - len(healed)
+    if first is not None:  # a new turn: its repairs and its user message, nothing else yet
+        iterations = calls = 0
+    else:
+        iterations = sum(1 for m in added if m.get("role") == "assistant")
+        calls = sum(1 for m in added if m.get("role") == "tool") - len(healed)
     response: ChatResponse | None = None
     while True:
         last = added[-1]

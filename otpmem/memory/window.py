@@ -8,7 +8,8 @@ true by construction: windows drop orphaned results, truncation moves whole tool
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 # The rule lives with messages: stores index pinned messages by it.
@@ -16,6 +17,7 @@ from ..messages import is_pinned as is_pinned
 from ..messages import is_summary, split_pinned
 
 Message = Mapping[str, Any]
+_get: Callable[..., Any] = dict.get  # unbound: map(_get, dicts, repeat(key)) runs in C
 
 CANCELLED = json.dumps(
     {"error": {"type": "cancelled", "message": "the turn that made this call ended before it ran"}}
@@ -94,11 +96,13 @@ def valid_context(messages: Sequence[Message]) -> list[Any]:
     call (its call cleared, or cut by a window) is dropped, as is a second result for one
     call. Everything that is not tool traffic is kept, in order. Linear in the messages.
     """
-    for message in messages:
-        if message.get("role") == "tool" or message.get("tool_calls"):
-            break
-    else:
-        return list(messages)  # no tool traffic: valid as it is (the common case)
+    try:  # no tool traffic, the common case, is valid as it is: found by scans in C
+        if "tool" not in map(_get, messages, repeat("role")) and not any(
+            map(_get, messages, repeat("tool_calls"))
+        ):
+            return list(messages)
+    except TypeError:
+        pass  # a Mapping that is not a dict: the general pass answers
     repaired: list[Any] = []
     i, n = 0, len(messages)
     while i < n:
