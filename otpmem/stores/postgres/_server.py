@@ -56,6 +56,7 @@ from ._blocks import PostgresBlocks, ensure_blocks
 from ._commit import Committing, FencedAdd, FenceOf, refused
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dir, embedded_dsn
+from ._forks import ensure_forks
 from ._group_commit import GroupCommit
 from ._holds import ensure_holds
 from ._leases import ensure_leases
@@ -70,7 +71,16 @@ logger = logging.getLogger("otpmem.stores")
 READY_TIMEOUT = 30.0
 GROUP_MAX = 64  # adds committed in one transaction at most
 WRITES = frozenset(
-    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS, BLOCK_EDIT}
+    {
+        "add",
+        "fork",
+        "import",
+        "clear",
+        "forget_user",
+        *LONGTERM_KINDS,
+        *RESERVATION_KINDS,
+        BLOCK_EDIT,
+    }
 )
 
 
@@ -319,6 +329,7 @@ class PostgresStore(Committing, GenServer):
                 blocking(ensure_schema, conn, namespace)
                 blocking(ensure_holds, conn, namespace)
                 blocking(ensure_blocks, conn, namespace)
+                blocking(ensure_forks, conn, namespace)
                 if fence is not None:
                     blocking(ensure_leases, conn, namespace)
         except self._psycopg_errors as exc:
