@@ -9,6 +9,7 @@
     otpmem export run (CONV [--user U] | --user U | --all) [-o FILE]
     otpmem import run FILE            (FILE may be -, stdin)
     otpmem search run QUERY [--user U] [--conv CONV] [--limit N]
+    otpmem fork SOURCE INTO [--at N] [--user U] [--key K] --dir run
     otpmem completion bash|zsh|fish
 
 One module per command (``simulate_command``, ``read_commands``, ``import_command``,
@@ -26,6 +27,7 @@ import click
 from .. import version
 from .completion import completion
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, say
+from .fork_command import fork
 from .import_command import import_
 from .read_commands import export, inspect, search
 from .simulate_command import simulate
@@ -50,6 +52,7 @@ cli.add_command(inspect)
 cli.add_command(export)
 cli.add_command(import_, name="import")
 cli.add_command(search)
+cli.add_command(fork)
 cli.add_command(completion)
 
 
