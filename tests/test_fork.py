@@ -350,3 +350,22 @@ def test_a_postgres_schema_without_the_forked_column_gets_it_on_open(
         assert store.fork(SOURCE, Conv("ann", "new"), idempotency_key="k") == len(TRIP)
     finally:
         store.stop()
+
+
+def test_an_async_store_forks_and_reads_as_of() -> None:
+    import asyncio
+
+    from otpmem import aio
+
+    store = MemoryStore.start_link()
+    try:
+
+        async def main() -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+            face = aio.wrap(store)
+            await face.add(SOURCE, TRIP)
+            forked = await face.fork(SOURCE, BRANCH, at=4, idempotency_key="f")
+            return forked, await face.get(BRANCH), await face.get(SOURCE, last=1, as_of=2)
+
+        assert asyncio.run(main()) == (4, TRIP[:4], TRIP[1:2])
+    finally:
+        store.stop()
