@@ -369,3 +369,22 @@ def test_an_async_store_forks_and_reads_as_of() -> None:
         assert asyncio.run(main()) == (4, TRIP[:4], TRIP[1:2])
     finally:
         store.stop()
+
+
+def test_a_recall_index_finds_a_fork_within_its_users_conversations_only() -> None:
+    from otpmem.memory.recall import RecallIndex
+
+    store = MemoryStore.start_link()
+    index = RecallIndex.start_link(store)
+    try:
+        store.add(SOURCE, TRIP)
+        store.add(Conv("bob", "trip"), [{"role": "user", "content": "Lyon for bob"}])
+        store.fork(SOURCE, BRANCH, at=2)
+        hits = store.search("lyon", user_id="ann")
+        assert sorted((h.conv, h.index) for h in hits) == sorted(
+            [(SOURCE, 1), (SOURCE, 4), (BRANCH, 1)]
+        )
+        assert [h.conv for h in store.search("lyon", conv=BRANCH)] == [BRANCH]
+    finally:
+        index.stop()
+        store.stop()
