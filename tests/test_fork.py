@@ -388,3 +388,24 @@ def test_a_recall_index_finds_a_fork_within_its_users_conversations_only() -> No
     finally:
         index.stop()
         store.stop()
+
+
+def test_a_supervised_memory_stores_fork_and_its_retry_outlive_a_kill() -> None:
+    from otpmem.actors import faults
+    from otpmem.supervisors import Supervisor
+
+    sup = Supervisor.start_link([MemoryStore.child_spec("fork-killed")])
+    store = MemoryStore.named("fork-killed")
+    try:
+        store.add(SOURCE, TRIP)
+        assert store.fork(SOURCE, BRANCH, at=3, idempotency_key="f") == 3
+        faults.kill(store)  # the restarted store adopts the table its keeper held
+        pair = sup.child("fork-killed")
+        assert pair is not None
+        pair.sync()  # its supervisor has restarted it
+        assert store.fork(SOURCE, BRANCH, at=3, idempotency_key="f") == 3
+        assert store.get(BRANCH) == TRIP[:3] and store.call(("adopted",), 10.0) is True
+        store.add(BRANCH, [{"role": "user", "content": "after"}])
+        assert store.fork(SOURCE, BRANCH, at=3, idempotency_key="f") == 3, "still the fork"
+    finally:
+        sup.stop()
