@@ -130,3 +130,24 @@ def test_fork_in_a_locked_directory_exits_2_in_one_line(
     assert "lock" in text and len(text.strip().splitlines()) == 1
     lock_holder[0].release()
     assert Conv("alice", "c1-b") not in stored(store_dir)
+
+
+def test_fork_in_a_run_on_postgres_forks_in_its_schema(
+    tmp_path: Path, postgres_dsn: str, pg_namespace: str
+) -> None:
+    from otpmem.stores import PostgresStore
+    from tests.test_cli_postgres_runs import run_of
+
+    run = run_of(tmp_path, {"kind": "postgres", "dsn": postgres_dsn, "namespace": pg_namespace})
+    store = PostgresStore.start_link(postgres_dsn, namespace=pg_namespace)
+    try:
+        store.add(C1, CONVERSATIONS[C1])
+
+        result = otpmem("fork", "c1", "c1-b", "--user", "alice", "--at", "2", "--dir", run)
+
+        assert result.returncode == 0, str(result)
+        assert "forked 2 messages of 'c1' into 'c1-b' of user 'alice'" in result.stdout
+        assert store.get(Conv("alice", "c1-b")) == CONVERSATIONS[C1][:2]
+        assert not (run / "CURRENT").exists()  # no LevelDB store made beside the run
+    finally:
+        store.stop()
