@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from otpmem.cli import main
 from otpmem.messages import Conv
 from otpmem.stores import LevelDBStore
 from tests.cli_support import CONVERSATIONS, LockHolder, fails_with, otpmem
@@ -98,8 +99,14 @@ def test_fork_of_a_missing_conversation_names_the_user_to_add(store_dir: Path) -
     ],
 )
 def test_wrong_flags_and_directories_exit_2_in_one_line_and_create_nothing(
-    store_dir: Path, tmp_path: Path, args: list[str], message: str
+    store_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
 ) -> None:
+    """In this process (main, as the console script calls it): one child per case would
+    cost a second each; the installed command's own path is tested above and below."""
     (tmp_path / "FILE").write_text("x", encoding="utf-8")
     (tmp_path / "EMPTY").mkdir()
     paths = {
@@ -112,9 +119,12 @@ def test_wrong_flags_and_directories_exit_2_in_one_line_and_create_nothing(
     for name, path in paths.items():
         expected = expected.replace(name, str(path))
 
-    text = fails_with(otpmem("fork", *[str(paths.get(a, a)) for a in args]), 2, expected)
+    status = main(["fork", *[str(paths.get(a, a)) for a in args]])
 
-    assert len(text.strip().splitlines()) <= 2  # the error, and for a usage error: see --help
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "", err
+    assert err.startswith("otpmem fork: ") and expected in err, err
+    assert len(err.strip().splitlines()) <= 2  # the error, and for a usage error: see --help
     assert not (tmp_path / "MISSING").exists()
     assert list((tmp_path / "EMPTY").iterdir()) == []
     assert stored(store_dir) == CONVERSATIONS
