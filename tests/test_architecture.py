@@ -15,7 +15,7 @@ PACKAGE = ROOT / "otpmem"
 # The layers, bottom up: a module may import its own package and the layers below its own;
 # two packages of one layer never import each other.
 LAYERS: list[set[str]] = [
-    {"reprs", "frozen", "protocols"},
+    {"reprs", "frozen", "protocols", "telemetry"},
     {"messages", "actors"},
     {"supervisors", "llm"},
     {"stores"},

@@ -15,7 +15,7 @@ from otpmem import version
 from otpmem.cli import cli
 from tests.cli_support import otpmem
 
-COMMANDS = ["completion", "export", "fork", "import", "inspect", "search", "simulate"]
+COMMANDS = ["completion", "export", "fork", "import", "inspect", "observe", "search", "simulate"]
 
 
 def test_otpmem_alone_prints_help_listing_every_command() -> None:

@@ -21,6 +21,7 @@ from ._signals import (
     StopRequest,
     Wake,
 )
+from ._sysmsg import TRACED, SysRequest, traced_dispatch
 
 if TYPE_CHECKING:
     from ._process import Process
@@ -55,7 +56,10 @@ def run_batch(process: Process) -> None:
                 process.run_state = RUNNING
             continue
         process.run_state = RUNNING
-        _dispatch(process, mailbox.popleft())
+        if TRACED and process in TRACED:
+            traced_dispatch(process, mailbox.popleft(), _dispatch)
+        else:
+            _dispatch(process, mailbox.popleft())
     requeue(process)
 
 
@@ -75,6 +79,8 @@ def _dispatch(process: Process, message: Any) -> None:
             _crash(process, message.reason)
         elif kind is Wake:
             pass
+        elif kind is SysRequest:
+            message.answer(process)
         else:
             if process.faults is not None:
                 process.faults._before_message(process, message)

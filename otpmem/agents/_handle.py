@@ -29,6 +29,7 @@ from ..actors.runtime import Process, lookup
 from ..llm import ChatResponse
 from ..messages import Conv, ConvLike, as_conv
 from ..supervisors import SupervisorHandle
+from ._approval import PendingCall
 from ._turn import check_turn_id
 
 RUN_TIMEOUT = 300.0
@@ -99,7 +100,9 @@ def _left(deadline: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class TurnResult:
-    """A finished turn: the answer, and every message the turn added, in order."""
+    """A turn's outcome: the answer, and every message the turn added, in order; or, when
+    the model called a tool that needs approval, the calls ``pending`` a human's decision
+    (``content`` None; continue with ``agent.resume(result.turn_id, approve=...)``)."""
 
     content: str | None
     messages: list[dict[str, Any]]
@@ -107,6 +110,13 @@ class TurnResult:
     iterations: int
     tool_calls: int = 0
     healed: list[str] = field(default_factory=list)
+    turn_id: str | None = None
+    pending: tuple[PendingCall, ...] = ()
+
+    @property
+    def suspended(self) -> bool:
+        """Whether the turn waits for a human to approve or refuse its ``pending`` calls."""
+        return bool(self.pending)
 
 
 class AgentHandle(Handle):
@@ -218,6 +228,23 @@ class AgentHandle(Handle):
         that finished answers again without calling the model) and stores nothing twice.
         """
         result: TurnResult = self.call(("run", text, check_turn_id(turn_id)), timeout)
+        return result
+
+    def resume(
+        self,
+        turn_id: str,
+        approve: bool | Mapping[str, bool],
+        timeout: float | None = RUN_TIMEOUT,
+    ) -> TurnResult:
+        """Continue a turn suspended on tool calls awaiting approval (``result.pending``):
+        ``approve`` True runs them all, False refuses them all (each answers the model that
+        the human refused), a dict decides each call id; then the tool loop goes on.
+
+        The suspension is in the store: resume after the agent or the node restarted.
+        Retried after it went through, it applies once (the turn answers as it stands); a
+        dict of call ids makes that exact also when the turn suspended again since.
+        """
+        result: TurnResult = self.call(("resume", check_turn_id(turn_id), approve), timeout)
         return result
 
     def messages(self, timeout: float | None = 5.0) -> list[dict[str, Any]]:

@@ -163,6 +163,13 @@ def configure(options: AgentOptions) -> AgentConfig:
         name=_check_name(options.name, conv),
         idle_timeout=_check_idle(options.idle_timeout),
     )
+    asking = sorted(t.name for t in kernel.tools.values() if t.needs_approval)
+    if asking and config.keyed is None:
+        raise ValueError(
+            f"tool(s) {', '.join(asking)} need a human's approval, and a turn waiting for it "
+            "is kept in the store: give the agent memory with keys (a MemoryProvider; every "
+            "memory form but False/None is one), or drop needs_approval"
+        )
     if config.provider is not None and config.kernel.memory is not None:
         raise ValueError(
             "a memory_filter in an agent's filters would store every message twice; "

@@ -13,9 +13,10 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from .. import telemetry
 from ..actors import (
     AlreadyStarted,
     ExitReason,
@@ -34,14 +35,33 @@ from ..llm import ChatResponse
 from ..memory import CANCELLED
 from ..messages import InvalidMessage, short_repr, validate
 from ..protocols import method_parameters_of
+from ._approval import (
+    awaiting,
+    check_approve,
+    decided_result,
+    mark,
+    pending_calls,
+    refuse_new_turn,
+    refuse_while_suspended,
+    resume_point,
+)
 from ._config import ConversationBusy
 from ._handle import IDLE_EXIT, RUN_TIMEOUT, AgentHandle, TurnResult, arrived, departed
 from ._options import AgentConfig, AgentOptions, configure
 from ._turn import TurnWriter, check_retry, check_turn_id, dangling, messages_from
 from ._writers import writer_key, writers
-from .errors import AgentAlreadyStarted, TurnFailed, TurnIdReused
+from .errors import AgentAlreadyStarted, TurnFailed, TurnIdReused, TurnNotSuspended, TurnSuspended
 
 _IDLE_CHECK = ("otpmem.agent", "idle?")
+_PASSED_THROUGH = (
+    TurnFailed,
+    InvalidMessage,
+    TurnIdReused,
+    PolicyViolation,
+    TurnSuspended,
+    TurnNotSuspended,
+)
+"""What a turn raises to its caller as it is; anything else is wrapped in TurnFailed."""
 
 
 class Agent(GenServer[AgentHandle]):
@@ -136,12 +156,20 @@ class Agent(GenServer[AgentHandle]):
 
     def handle_call(self, message: Any) -> Any:
         # The door: a tuple of a known operation and its arguments, compared as exact types.
-        requests = {"run": (1, 2), "messages": (0,), "add_message": (1,), "clear": (0,)}
+        requests = {
+            "run": (1, 2),
+            "resume": (2,),
+            "messages": (0,),
+            "add_message": (1,),
+            "clear": (0,),
+        }
         kind, args = split_request(message, "Agent", {**requests, "info": (0,)})
         provider, conv = self.config.provider, self.config.conv
         self.last_call = time.monotonic()
         if kind == "run":
             return self._turn(*args)
+        if kind == "resume":
+            return self._resume(*args)
         if kind == "messages":
             keyed = self.config.keyed
             if keyed is not None:
@@ -150,6 +178,7 @@ class Agent(GenServer[AgentHandle]):
             return provider.history(conv) if provider is not None else []
         if kind == "add_message":
             if provider is not None:
+                refuse_while_suspended(self.config.keyed, conv)
                 provider.append(conv, [validate(args[0])])
             return None
         if kind == "clear":
@@ -173,6 +202,29 @@ class Agent(GenServer[AgentHandle]):
             raise ValueError(f"run needs a non-empty str, got {short_repr(text)}")
         given = check_turn_id(turn_id)
         turn_id = given or self._new_turn_id()
+        return self._guarded(
+            turn_id, lambda meta: self._loop(text, meta, turn_id, retry=given is not None)
+        )
+
+    def _resume(self, turn_id: Any, approve: Any) -> TurnResult:
+        given = check_turn_id(turn_id)
+        if given is None:
+            raise ValueError("resume needs the turn_id of the suspended turn (result.turn_id)")
+        decided = check_approve(approve)
+        return self._guarded(given, lambda meta: self._continue(meta, given, decided), True)
+
+    def _guarded(
+        self, turn_id: str, body: Callable[[dict[str, Any]], TurnResult], resume: bool = False
+    ) -> TurnResult:
+        """Run a turn's ``body`` as its conversation's writer, with the turn's callbacks."""
+        config = self.config
+        if telemetry.ENABLED:
+            return telemetry.turn(
+                lambda: self._writing(turn_id, body), config.conv, turn_id, config.name, resume
+            )
+        return self._writing(turn_id, body)
+
+    def _writing(self, turn_id: str, body: Callable[[dict[str, Any]], TurnResult]) -> TurnResult:
         config = self.config
         meta = {
             "agent_name": config.agent_name,
@@ -185,19 +237,20 @@ class Agent(GenServer[AgentHandle]):
         key = self._claim_writer()
         try:
             try:
-                result = self._loop(text, meta, turn_id, retry=given is not None)
+                result = body(meta)
             finally:
                 if key is not None:
                     writers.release(key)
                 config.sending.settle()  # a hold a failed call left
         except Exception as exc:
             config.callbacks.fire("on_turn_error", meta, exc)
-            if isinstance(exc, TurnFailed | InvalidMessage | TurnIdReused | PolicyViolation):
+            if isinstance(exc, _PASSED_THROUGH):
                 raise
             raise TurnFailed(f"the turn failed: {exc}") from exc
-        self.turns += 1
+        if not result.pending:  # a suspended turn is not over: it counts once, when it is
+            self.turns += 1
         config.callbacks.fire("on_turn_end", meta, result)
-        if config.sending.ltm is not None:
+        if config.sending.ltm is not None and not result.pending:
             config.sending.ltm.notify("turn", config.conv)  # trigger="per_turn"
         return result
 
@@ -221,13 +274,14 @@ class Agent(GenServer[AgentHandle]):
 
     def _loop(self, text: str, meta: dict[str, Any], turn_id: str, retry: bool) -> TurnResult:
         config = self.config
-        provider, conv, kernel = config.provider, config.conv, config.kernel
+        provider, conv = config.provider, config.conv
         writer = TurnWriter(provider, config.keyed, conv, turn_id)
         # A turn id of our own making is new: no earlier attempt to look for.
         earlier = writer.earlier() if retry else None
         first: tuple[list[Any], str | None] | None = None
         if earlier is None:
             history = provider.history(conv) if provider is not None else []
+            refuse_new_turn(conv, history)  # its calls are the human's to decide first
             unanswered = dangling(history)
             healed = [call_id for call_id, _ in unanswered]
             repairs = [
@@ -245,6 +299,33 @@ class Agent(GenServer[AgentHandle]):
             assert provider is not None  # earlier() found the turn in the provider's store
             history = provider.history(conv)  # the newest messages: the turn's own among them
             added = list(earlier)
+        return self._rounds(writer, meta, history, added, healed, first, None)
+
+    def _continue(
+        self, meta: dict[str, Any], turn_id: str, approve: bool | dict[str, bool]
+    ) -> TurnResult:
+        """Resume turn ``turn_id`` from the store: decide its pending calls, go on."""
+        config = self.config
+        writer = TurnWriter(config.provider, config.keyed, config.conv, turn_id)
+        earlier, healed, decided = resume_point(writer, approve)
+        assert config.provider is not None  # the turn was found in the provider's store
+        history = config.provider.history(config.conv)
+        return self._rounds(writer, meta, history, earlier, healed, None, decided)
+
+    def _rounds(
+        self,
+        writer: TurnWriter,
+        meta: dict[str, Any],
+        history: list[Any],
+        added: list[dict[str, Any]],
+        healed: list[str],
+        first: tuple[list[Any], str | None] | None,
+        decided: dict[str, bool] | None,
+    ) -> TurnResult:
+        """The tool loop from what the turn has stored (``added``) to its answer, or to a
+        round that awaits a human's approval (``decided``: that round's decisions)."""
+        config = self.config
+        conv, kernel, turn_id = config.conv, config.kernel, writer.turn_id
         context = Context(conversation_id=conv, vars={"turn_id": turn_id})  # keys edits
         iterations = sum(1 for m in added if m.get("role") == "assistant")
         calls = sum(1 for m in added if m.get("role") == "tool") - len(healed)
@@ -252,12 +333,21 @@ class Agent(GenServer[AgentHandle]):
         while True:
             last = added[-1]
             if last.get("role") == "assistant" and last.get("tool_calls"):
+                point = awaiting(last)
+                if point is not None and decided is None:
+                    if response is None:  # suspended by an earlier attempt: as stored
+                        response = ChatResponse(last.get("content"), tuple(last["tool_calls"]))
+                    pending = pending_calls(last, point[1])
+                    return TurnResult(
+                        None, added, response, iterations, calls, healed, turn_id, pending
+                    )
                 results = []
                 for call in last["tool_calls"]:
                     config.callbacks.fire("on_tool_call", meta, call)
-                    result = kernel.run_tool(call, context)
+                    result = decided_result(kernel, call, context, decided)
                     config.callbacks.fire("on_tool_result", meta, result)
                     results.append(result)
+                decided = None  # for this round only: a later one waits for its own resume
                 calls += len(results)
                 self._store(writer, results, history, added)
                 continue
@@ -265,7 +355,9 @@ class Agent(GenServer[AgentHandle]):
             if last.get("role") == "assistant" or answered:
                 if response is None:  # finished by an earlier attempt: answer from the store
                     response = ChatResponse(content=last.get("content"))
-                return TurnResult(response.content, added, response, iterations, calls, healed)
+                return TurnResult(
+                    response.content, added, response, iterations, calls, healed, turn_id
+                )
             if iterations >= kernel.max_tool_iterations:
                 raise TurnFailed(str(MaxToolIterations(kernel.max_tool_iterations, calls)))
             iterations += 1
@@ -277,7 +369,11 @@ class Agent(GenServer[AgentHandle]):
             response, context = kernel.chat(to_send, context, system_prompt)
             config.callbacks.fire("on_model_result", meta, response)
             if response.content is not None or response.tool_calls:
-                self._store(writer, [response.to_message()], history, added)
+                message = response.to_message()
+                asking = kernel.awaiting_approval(response.tool_calls)
+                if asking:  # stored as suspended, in the same write as the calls
+                    mark(message, turn_id, asking)
+                self._store(writer, [message], history, added)
             config.sending.settle()  # the answer's usage is recorded: its hold goes
 
     def _build(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from ..actors import AlreadyStarted
+from ..messages import Conv
+from ._config import ConversationBusy
 
 
 class TurnFailed(RuntimeError):
@@ -16,6 +21,26 @@ class TurnCleared(TurnFailed):
 
 class TurnIdReused(ValueError):
     """A ``turn_id`` given again with another message: a retry must repeat its turn."""
+
+
+class TurnSuspended(ConversationBusy):
+    """The conversation awaits a human's approval of a turn's tool calls: a new turn would
+    answer them without the human, so it is refused until ``agent.resume`` decides them."""
+
+    def __init__(self, conv: Conv, turn_id: str, pending: Sequence[Any]) -> None:
+        names = ", ".join(f"{c.name} ({c.id})" for c in pending) or "its calls"
+        super().__init__(
+            f"conversation {conv} awaits approval of turn {turn_id!r}: {names}; decide them "
+            f"with agent.resume({turn_id!r}, approve=True|False|{{call_id: bool}}) first"
+        )
+        self.conv = conv
+        self.turn_id = turn_id
+        self.pending = tuple(pending)
+
+
+class TurnNotSuspended(ValueError):
+    """``resume`` named a turn that awaits no approval (none such, never suspended), or
+    decisions that do not fit its pending calls; nothing was stored."""
 
 
 class AgentAlreadyStarted(AlreadyStarted):

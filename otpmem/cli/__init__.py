@@ -10,6 +10,7 @@
     otpmem import run FILE            (FILE may be -, stdin)
     otpmem search run QUERY [--user U] [--conv CONV] [--limit N]
     otpmem fork SOURCE INTO [--at N] [--user U] [--key K] --dir run
+    otpmem observe --attach run|DSN [--port P] [--json]
     otpmem completion bash|zsh|fish
 
 One module per command (``simulate_command``, ``read_commands``, ``import_command``,
@@ -29,6 +30,7 @@ from .completion import completion
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, say
 from .fork_command import fork
 from .import_command import import_
+from .observe_command import observe
 from .read_commands import export, inspect, search
 from .simulate_command import simulate
 
@@ -53,6 +55,7 @@ cli.add_command(export)
 cli.add_command(import_, name="import")
 cli.add_command(search)
 cli.add_command(fork)
+cli.add_command(observe)
 cli.add_command(completion)
 
 

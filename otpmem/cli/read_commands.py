@@ -1,7 +1,8 @@
 """``otpmem inspect``, ``export`` and ``search``: read a store, write nothing to it.
 
 Each opens a snapshot of the store (see ``otpmem.stores.leveldb.files``), so its directory keeps
-every file name and byte it had, and a store another process holds is refused at once.
+every file name and byte it had, and a store another process holds is refused at once. With
+``--dsn`` it reads a PostgreSQL schema, opened read-only (see ``store_access``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import click
 from ..messages import Conv
 from .errors import CommandError, guarded
 from .output import hint, line, plural, rows, write_text
-from .params import complete_conversation, data_argument, user_option
+from .params import StoreCommand, complete_conversation, data_argument, dsn_options, user_option
 from .store_access import ReadStore, reading
 
 READ_ONLY = (
     "The store is read from a snapshot (its table files hard-linked, its log and manifest "
     "copied, into a temporary directory): its own directory is not written. A run on "
-    "PostgreSQL is read from its schema, on the server its run.json names."
+    "PostgreSQL is read from its schema, on the server its run.json names; --dsn reads a "
+    "schema read-only (nothing created, migrated or written)."
 )
 
 
@@ -31,6 +33,12 @@ def _who(user: str | None) -> str:
 def missing_conversation(store: ReadStore, conv: Conv) -> CommandError:
     """No such conversation: and if it exists for a user, the ``--user`` that finds it."""
     message = f"no conversation {conv.conversation_id!r} {_who(conv.user_id)}"
+    if store.path is None and Path(conv.conversation_id).is_dir():
+        # With --dsn the first argument is CONV: a directory there was meant as DATA.
+        return CommandError(
+            f"{message}; {conv.conversation_id} is a directory, but --dsn names the store: "
+            "give DATA or --dsn, not both"
+        )
     if conv.user_id is None:
         owners = store.owners(conv.conversation_id)
         if owners:
@@ -48,7 +56,7 @@ def _existing(store: ReadStore, conv: Conv) -> Conv:
     return conv
 
 
-@click.command(epilog=READ_ONLY)
+@click.command(cls=StoreCommand, epilog=READ_ONLY)
 @data_argument()
 @click.argument(
     "conversation",
@@ -62,6 +70,7 @@ def _existing(store: ReadStore, conv: Conv) -> Conv:
     "Only this user's conversations; with CONV, the user it belongs to. "
     "[default: every user when listing; no user with CONV]"
 )
+@dsn_options()
 @click.option(
     "--last",
     type=click.IntRange(min=0),
@@ -70,17 +79,25 @@ def _existing(store: ReadStore, conv: Conv) -> Conv:
     help="Print only the newest N messages of CONV.  [default: all of them]",
 )
 @guarded
-def inspect(data: Path, conversation: str | None, user: str | None, last: int | None) -> int:
+def inspect(
+    conversation: str | None,
+    user: str | None,
+    last: int | None,
+    dsn: str | None,
+    namespace: str | None,
+    data: Path | None = None,
+) -> int:
     """List a store's conversations, or print one of them.
 
     \b
     otpmem inspect run                     every conversation, with its size
     otpmem inspect run --user sim          one user's
     otpmem inspect run sim-3 --user sim --last 5
+    otpmem inspect --dsn postgresql://app@db/mem --namespace prod
     """
     if last is not None and conversation is None:
         raise CommandError("--last needs a CONV: the newest N messages of which conversation?")
-    with reading(data) as store:
+    with reading(data, dsn, namespace) as store:
         if conversation is None:
             convs = store.conversations(user)
             rows(
@@ -98,7 +115,7 @@ def inspect(data: Path, conversation: str | None, user: str | None, last: int | 
     return 0
 
 
-@click.command(epilog=READ_ONLY)
+@click.command(cls=StoreCommand, epilog=READ_ONLY)
 @data_argument()
 @click.argument(
     "conversation",
@@ -125,9 +142,16 @@ def inspect(data: Path, conversation: str | None, user: str | None, last: int | 
     metavar="FILE",
     help="Where to write the JSON document; - is stdout.",
 )
+@dsn_options()
 @guarded
 def export(
-    data: Path, conversation: str | None, user: str | None, all_users: bool, output: Path
+    conversation: str | None,
+    user: str | None,
+    all_users: bool,
+    output: Path,
+    dsn: str | None,
+    namespace: str | None,
+    data: Path | None = None,
 ) -> int:
     """Write conversations as an export document (JSON), for `otpmem import`.
 
@@ -141,14 +165,14 @@ def export(
             "say what to export: CONV (add --user USER for a user's conversation), "
             "--user USER (all of that user's conversations), or --all (everything)"
         )
-    with reading(data) as store:
+    with reading(data, dsn, namespace) as store:
         conv = None if conversation is None else _existing(store, Conv(user, conversation))
         document = store.export(conv, None if conv else user, all_users)
     write_text(output, json.dumps(document, ensure_ascii=False, indent=1) + "\n")
     return 0
 
 
-@click.command(epilog=READ_ONLY)
+@click.command(cls=StoreCommand, epilog=READ_ONLY)
 @data_argument()
 @click.argument("query", help="The text to look for: a case-insensitive substring.")
 @user_option("Search this user's conversations.  [default: the conversations of no user]")
@@ -166,8 +190,17 @@ def export(
     show_default=True,
     help="At most this many hits, the best first.",
 )
+@dsn_options()
 @guarded
-def search(data: Path, query: str, user: str | None, conv: str | None, limit: int) -> int:
+def search(
+    query: str,
+    user: str | None,
+    conv: str | None,
+    limit: int,
+    dsn: str | None,
+    namespace: str | None,
+    data: Path | None = None,
+) -> int:
     """Search one user's messages for a text.
 
     Hits print as: score (occurrences), user, conversation, #index, content. A search
@@ -175,7 +208,7 @@ def search(data: Path, query: str, user: str | None, conv: str | None, limit: in
     """
     if not query:
         raise CommandError("QUERY must not be empty")
-    with reading(data) as store:
+    with reading(data, dsn, namespace) as store:
         scope = None if conv is None else _existing(store, Conv(user, conv))
         hits = store.search(query, user, scope, limit)
         users = store.users() if not hits and user is None and conv is None else []

@@ -16,7 +16,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..simulate import ModelFailed, RunParams, Simulation, SimulationReport, replayable
+from ..simulate import PARAMS, ModelFailed, RunParams, Simulation, SimulationReport, replayable
 from . import nodes_options
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, CommandError, guarded
 from .output import hint, line, screen, stdout_is_terminal
@@ -296,8 +296,15 @@ def simulate(
         simulation = Simulation(**common, schedule=replayed.schedule, replay_of=replay_of)
     else:
         simulation = Simulation(**common)
+    # A run on one node publishes its status for `otpmem observe --attach DATA`, once its
+    # directory holds the run (a new run's directory must be empty when it starts).
+    publish_to = None if nodes_options.kind_of(flags["store"]) == nodes_options.POSTGRES else data
+    run_dir = data
+    watched = observing(
+        observe_port, live, hint, publish_to, ready=lambda: (run_dir / PARAMS).is_file()
+    )
     try:
-        with observing(observe_port, live, hint) as callbacks, stopping_on_ctrl_c(simulation):
+        with watched as callbacks, stopping_on_ctrl_c(simulation):
             simulation.callbacks = callbacks  # the agents' turns feed the observer's figures
             report = simulation.run()
     except ModelFailed as exc:

@@ -10,6 +10,11 @@ in its directory: its ``run.json`` names the server (the embedded one under
 ``DATA/postgres``, or a DSN kept without its password, which libpq then takes from
 ``PGPASSWORD`` or ``~/.pgpass``) and the run's schema, and the commands read and write
 there.
+
+``--dsn`` (and ``--namespace``) names a PostgreSQL store directly, in place of a directory.
+A read opens it read-only (``PostgresStore(read_only=True)``: nothing created or migrated,
+the server refusing any write), and is refused, with the schemas the server does hold, when
+its schema is not there; ``import`` creates it. No message prints the DSN's password.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from ..simulate import RunParams, RunRefused
 from ..stores import LevelDBStore, LevelDBStoreHandle, SearchHit, StoreError
 from ..stores.leveldb import files as store_files
 from .errors import CommandError
+from .params import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from ..stores.postgres import PostgresStoreHandle
@@ -48,7 +54,7 @@ def _damage_types() -> tuple[type[BaseException], ...]:
 class ReadStore:
     """The reads the commands make, on a snapshot of the store at ``path``."""
 
-    def __init__(self, handle: StoreHandle, path: Path, damage: bool = True) -> None:
+    def __init__(self, handle: StoreHandle, path: Path | None, damage: bool = True) -> None:
         self.handle = handle
         self.path = path
         self._damage = _damage_types() if damage else ()
@@ -59,6 +65,7 @@ class ReadStore:
         except StoreError:
             raise
         except self._damage as exc:
+            assert self.path is not None  # damage is read only from a directory
             raise store_files.corrupt(self.path, store_files.error_text(exc)) from None
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
@@ -115,17 +122,13 @@ def postgres_run(path: Path) -> dict[str, str] | None:
 
 
 @contextmanager
-def _postgres(path: Path, store: dict[str, str]) -> Iterator[PostgresStoreHandle]:
+def _postgres(
+    path: Path, store: dict[str, str], read_only: bool = False
+) -> Iterator[PostgresStoreHandle]:
     """The run's PostgresStore, started on its server (the embedded one started for the
     block); a run whose schema is not there yet is refused, not created."""
     from ..simulate import EMBEDDED_NAMESPACE
-    from ..stores.postgres import (
-        PostgresStore,
-        embedded_server,
-        redact,
-        schema_exists,
-        unredacted,
-    )
+    from ..stores.postgres import embedded_server, redact, schema_exists, unredacted
 
     namespace = store.get("namespace") or EMBEDDED_NAMESPACE
     with ExitStack() as stack:
@@ -144,7 +147,20 @@ def _postgres(path: Path, store: dict[str, str]) -> Iterator[PostgresStoreHandle
                 f"the run in {path} has no schema {namespace!r} on {redact(dsn)}: "
                 "it stored nothing yet"
             )
-        handle = PostgresStore.start_link(dsn, namespace=namespace, pool_size=2)
+        with _started(dsn, namespace, read_only) as handle:
+            yield handle
+
+
+@contextmanager
+def _started(dsn: str, namespace: str, read_only: bool) -> Iterator[PostgresStoreHandle]:
+    """A PostgresStore on ``dsn`` for the block, stopped after it; every error it raises
+    meanwhile said in one line, without the DSN's password."""
+    from ..stores.postgres import PostgresStore
+
+    with _unsecret(dsn):
+        handle = PostgresStore.start_link(
+            dsn, namespace=namespace, pool_size=2, read_only=read_only
+        )
         try:
             yield handle
         finally:
@@ -153,11 +169,100 @@ def _postgres(path: Path, store: dict[str, str]) -> Iterator[PostgresStoreHandle
 
 
 @contextmanager
-def reading(path: Path) -> Iterator[ReadStore]:
-    """Open the store at ``path`` to read, without writing to its directory."""
+def _unsecret(dsn: str) -> Iterator[None]:
+    """Errors of the block as CommandErrors that hide the DSN's password; PostgreSQL's own
+    (a permission refused, say) said as the server's, not as a traceback."""
+    import psycopg
+
+    from ..stores.postgres import redact
+
+    secret = _password(dsn)
+
+    def hidden(text: str) -> str:
+        return redact(text.replace(secret, "***") if secret else text)
+
+    try:
+        yield
+    except (CommandError, StoreError) as exc:
+        raise CommandError(hidden(" ".join(str(exc).split()))) from None  # libpq's: 2 lines
+    except Exception as exc:
+        refusal = _cause(exc, psycopg.Error)  # a store that failed to start says it as cause
+        if refusal is None:
+            raise
+        reason = " ".join(str(refusal).split()) or type(refusal).__name__
+        raise CommandError(f"PostgreSQL at {hidden(dsn)} refused: {hidden(reason)}") from None
+
+
+def _cause(exc: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` or the first of its causes that is a ``kind``."""
+    for _ in range(10):  # a chain, not a loop: causes are made by raising
+        if isinstance(exc, kind):
+            return exc
+        if not isinstance(exc, BaseException):
+            return None
+        exc = exc.__cause__ or getattr(exc, "reason", None)
+    return None
+
+
+def _password(dsn: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    password = conninfo_to_dict(dsn).get("password")
+    return str(password) if password and password != "***" else ""
+
+
+def where(dsn: str, namespace: str | None) -> str:
+    """``schema 'ns' on DSN`` (its password hidden), for messages."""
+    from ..stores.postgres import redact
+
+    return f"schema {namespace or DEFAULT_NAMESPACE!r} on {redact(dsn)}"
+
+
+def _schemas(dsn: str) -> list[str]:
+    """The otpmem schemas the server at ``dsn`` holds."""
+    from ..stores.postgres import connected
+
+    with connected(dsn) as conn:
+        rows = conn.execute(
+            "SELECT table_schema FROM information_schema.tables "
+            "WHERE table_name = 'schema_version' ORDER BY 1"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def _existing_schema(dsn: str, namespace: str) -> None:
+    """Refuse, creating nothing, a read of a schema the server does not hold."""
+    from ..stores.postgres import schema_exists
+
+    with _unsecret(dsn):
+        if schema_exists(dsn, namespace):
+            return
+        held = _schemas(dsn)
+        message = f"there is no otpmem {where(dsn, namespace)}"
+        if held:
+            shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            message += f"; it holds {shown} (try --namespace {held[0]})"
+        else:
+            message += "; it holds no otpmem schema (a write, such as otpmem import, makes one)"
+        raise CommandError(message)
+
+
+@contextmanager
+def reading(
+    path: Path | None, dsn: str | None = None, namespace: str | None = None
+) -> Iterator[ReadStore]:
+    """Open the store at ``path`` (or on ``dsn``, schema ``namespace``) to read, without
+    writing to its directory or its schema."""
+    if dsn is not None:
+        namespace = namespace or DEFAULT_NAMESPACE
+        _existing_schema(dsn, namespace)
+        with _started(dsn, namespace, read_only=True) as on_server:
+            yield ReadStore(on_server, None, damage=False)
+        return
+    assert path is not None  # the command line names DATA or --dsn
     store = postgres_run(path)
     if store is not None:
-        with _postgres(path, store) as shared:
+        with _postgres(path, store, read_only=True) as shared:
             yield ReadStore(shared, path, damage=False)
         return
     with store_files.snapshot(path, LOCK_TIMEOUT) as copy:
@@ -176,10 +281,17 @@ def reading(path: Path) -> Iterator[ReadStore]:
 
 
 @contextmanager
-def writing(path: Path) -> Iterator[StoreHandle]:
-    """Open (or create) the store at ``path`` to write. A directory that exists, is not
-    empty and is not a store is refused; a directory this call created and that holds no
-    store once the block failed is removed again."""
+def writing(
+    path: Path | None, dsn: str | None = None, namespace: str | None = None
+) -> Iterator[StoreHandle]:
+    """Open (or create) the store at ``path`` (or on ``dsn``, schema ``namespace``) to
+    write. A directory that exists, is not empty and is not a store is refused; a directory
+    this call created and that holds no store once the block failed is removed again."""
+    if dsn is not None:
+        with _started(dsn, namespace or DEFAULT_NAMESPACE, read_only=False) as on_server:
+            yield on_server
+        return
+    assert path is not None  # the command line names DATA or --dsn
     store = postgres_run(path)
     if store is not None:
         with _postgres(path, store) as shared:
@@ -233,4 +345,4 @@ def _remove_created(path: Path, created: Path | None) -> None:
                 entry.unlink(missing_ok=True)
 
 
-__all__ = ["ReadStore", "reading", "writing"]
+__all__ = ["ReadStore", "reading", "where", "writing"]

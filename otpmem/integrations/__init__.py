@@ -4,5 +4,6 @@
   ``BaseChatMessageHistory``) and ``OtpmemVectorStore`` (a ``VectorStore`` over the recall
   index); ``pip install 'otpmem[langchain]'``.
 - ``otpmem.integrations.langgraph``: ``OtpmemStore``, a LangGraph ``BaseStore`` over facts
-  and recall; ``pip install 'otpmem[langgraph]'``.
+  and recall, and ``OtpmemSaver``, a checkpointer over any store; ``pip install
+  'otpmem[langgraph]'``.
 """

@@ -1,4 +1,5 @@
-"""``OtpmemStore``: LangGraph's long-term ``BaseStore`` over otpmem's facts and recall.
+"""``OtpmemStore``: LangGraph's long-term ``BaseStore`` over otpmem's facts and recall;
+``OtpmemSaver`` (from ``langgraph_checkpoint``): its checkpointer over any otpmem store.
 
 ::
 
@@ -47,6 +48,7 @@ from .. import aio
 from ..memory.recall import STANDALONE, RecallIndex, RecallIndexHandle
 from ..messages import Conv, freeze_value, short_repr, thaw
 from ..stores import ChatMemory, Fact
+from .langgraph_checkpoint import OtpmemSaver
 
 KEY_PREFIX = "langgraph:"
 INDEX_CONVERSATION = "langgraph:index"
@@ -316,4 +318,4 @@ def _matches(value: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool
     return True
 
 
-__all__ = ["INDEX_CONVERSATION", "KEY_PREFIX", "OtpmemStore"]
+__all__ = ["INDEX_CONVERSATION", "KEY_PREFIX", "OtpmemSaver", "OtpmemStore"]

@@ -9,10 +9,17 @@ from .filters import (
     system_prompt_filter,
 )
 from .guard import guardrails_filter
-from .kernel import Kernel, KernelError, MaxToolIterations, current_tool_request
-from .tools import Tool, encode_result, tool, tool_error, toolset
+from .kernel import (
+    ApprovalRequired,
+    Kernel,
+    KernelError,
+    MaxToolIterations,
+    current_tool_request,
+)
+from .tools import Tool, encode_result, needs_approval, refusal, tool, tool_error, toolset
 
 __all__ = [
+    "ApprovalRequired",
     "ChatRequest",
     "Context",
     "Filter",
@@ -25,6 +32,8 @@ __all__ = [
     "encode_result",
     "guardrails_filter",
     "memory_filter",
+    "needs_approval",
+    "refusal",
     "system_prompt_filter",
     "tool",
     "tool_error",

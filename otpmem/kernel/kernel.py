@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from .. import telemetry
 from ..actors import blocking
 from ..llm import ChatModel, ChatResponse, Pricing
 from ..memory import valid_context
@@ -49,6 +50,19 @@ class MaxToolIterations(KernelError):
         )
         self.limit = limit
         self.calls = calls
+
+
+class ApprovalRequired(KernelError):
+    """The model called a tool that needs a human's approval: the kernel alone keeps no turn
+    to suspend (an agent does), so its tool loop stops here; ``calls`` are those calls."""
+
+    def __init__(self, calls: Sequence[Mapping[str, Any]]) -> None:
+        names = ", ".join(sorted({str(c.get("function", {}).get("name")) for c in calls}))
+        super().__init__(
+            f"the model called {names}, which needs a human's approval: run it through an "
+            "agent (Agent.start_link(..., tools=...)), whose turn waits for agent.resume"
+        )
+        self.calls = list(calls)
 
 
 class Kernel:
@@ -101,23 +115,37 @@ class Kernel:
     ) -> tuple[ChatResponse, Context]:
         """One model call through the filters (no tool loop)."""
         if not self.filters and not system_prompt:  # nothing around the call: make it
-            return self._call_model(messages, options), context or Context()
+            context = context or Context()
+            return self._call_model(messages, options, context), context
         filters = list(self.filters)
         if system_prompt:
             filters.append(system_prompt_filter([{"role": "system", "content": system_prompt}]))
 
         def terminal(request: ChatRequest) -> tuple[ChatResponse, Context]:
-            return self._call_model(request.messages, request.options), request.context
+            return (
+                self._call_model(request.messages, request.options, request.context),
+                request.context,
+            )
 
         request = ChatRequest(list(messages), context or Context(), options)
         response, out = run_chat_chain(filters, terminal, request)
         return response, out
 
     def _call_model(
-        self, messages: Sequence[Mapping[str, Any]], options: Mapping[str, Any]
+        self, messages: Sequence[Mapping[str, Any]], options: Mapping[str, Any], context: Context
     ) -> ChatResponse:
         # The last step before the model, whatever filters and memory built the list.
         sent = valid_context(messages)
+        if telemetry.ENABLED:
+            return telemetry.model_call(
+                lambda: self._model(sent, options),
+                self.model_name,
+                context.conversation_id,
+                context.vars.get("turn_id"),
+            )
+        return self._model(sent, options)
+
+    def _model(self, sent: list[Any], options: Mapping[str, Any]) -> ChatResponse:
         if getattr(self.llm, "blocks", True):
             # An HTTP call holds its thread for seconds: off the schedulers with it.
             response = blocking(self.llm.chat, sent, self.specs, **options)
@@ -128,6 +156,16 @@ class Kernel:
             if priced is not None and "cost" in priced and "cost" not in response.usage:
                 response = dataclasses.replace(response, usage=priced)
         return response
+
+    def awaiting_approval(self, calls: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The calls of ``calls`` whose tool needs a human's approval before it runs."""
+        tools = self.tools
+        return [
+            call
+            for call in calls
+            if (found := tools.get(str((call.get("function") or {}).get("name", "")))) is not None
+            and found.needs_approval
+        ]
 
     def run_tool(self, call: Mapping[str, Any], context: Context) -> dict[str, Any]:
         """Run one tool call through the ``around_tool`` filters; the tool message."""
@@ -141,7 +179,16 @@ class Kernel:
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments)  # a model or script that sent an object
             request = ToolRequest(found, call, arguments, context)
-            content = run_tool_chain(self.filters, _run_tool, request)
+            if telemetry.ENABLED:
+                content = telemetry.tool_call(
+                    lambda: run_tool_chain(self.filters, _run_tool, request),
+                    name,
+                    call["id"],
+                    context.conversation_id,
+                    context.vars.get("turn_id"),
+                )
+            else:
+                content = run_tool_chain(self.filters, _run_tool, request)
         return {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
 
     def invoke(
@@ -178,6 +225,9 @@ class Kernel:
             response, context = self.chat(sent, context, system_prompt, **options)
             if not response.tool_calls:
                 return response, context
+            awaiting = self.awaiting_approval(response.tool_calls)
+            if awaiting:
+                raise ApprovalRequired(awaiting)
             results = [self.run_tool(call, context) for call in response.tool_calls]
             calls += len(results)
             if delta:

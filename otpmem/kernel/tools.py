@@ -8,10 +8,17 @@ A function's name, docstring and type hints make its JSON schema::
 
 A tool that raises does not stop the loop: its error goes back to the model as the tool
 message (``{"error": {"type": ..., "message": ...}}``), and the model decides what next.
+
+A tool may need a human's approval before it runs (``tool(fn, needs_approval=True)``, or
+``@needs_approval`` on the function): an agent then suspends the turn when the model calls
+it, and runs it only once ``agent.resume(turn_id, approve=...)`` approves the call; a
+refused call's message is ``refusal(...)``. The kernel alone keeps no turn to suspend: its
+tool loop raises ``ApprovalRequired`` instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import types
@@ -42,6 +49,8 @@ class Tool:
     fn: Callable[..., Any] = field(repr=False)
     blocks: bool = True
     """Run on the runtime's blocking pool (a tool may wait on anything); False runs it inline."""
+    needs_approval: bool = False
+    """An agent runs a call of it only once a human approved it (``agent.resume``)."""
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool."""
@@ -64,6 +73,29 @@ class Tool:
         except Exception as exc:
             return tool_error(exc)
         return encode_result(value)
+
+
+APPROVAL_MARK = "__otpmem_needs_approval__"
+
+
+def needs_approval(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a plain function as a tool whose calls wait for a human's approval."""
+    if not callable(fn):
+        raise TypeError(f"needs_approval marks a function, got {fn!r}")
+    setattr(fn, APPROVAL_MARK, True)
+    return fn
+
+
+def refusal(name: str) -> str:
+    """The tool-message text of a call the human refused: it did not run."""
+    return json.dumps(
+        {
+            "error": {
+                "type": "refused",
+                "message": f"a human refused this call of {name}: it did not run",
+            }
+        }
+    )
 
 
 def tool_error(exc: BaseException, kind: str = "tool_error") -> str:
@@ -102,13 +134,24 @@ def _schema(annotation: Any) -> dict[str, Any]:
 
 
 def tool(
-    fn: Callable[..., Any] | Tool, name: str | None = None, description: str | None = None
+    fn: Callable[..., Any] | Tool,
+    name: str | None = None,
+    description: str | None = None,
+    *,
+    needs_approval: bool | None = None,
 ) -> Tool:
-    """Build a ``Tool`` from a function: its name, docstring and type hints."""
+    """Build a ``Tool`` from a function: its name, docstring and type hints (and whether
+    its calls wait for approval: ``needs_approval``, else the function's mark)."""
+    if needs_approval is not None and type(needs_approval) is not bool:
+        raise TypeError(f"needs_approval must be a bool, got {short_repr(needs_approval)}")
     if isinstance(fn, Tool):
-        return fn
+        if needs_approval is None or needs_approval == fn.needs_approval:
+            return fn
+        return dataclasses.replace(fn, needs_approval=needs_approval)
     if not callable(fn):
         raise TypeError(f"a tool is a function or a Tool, got {fn!r}")
+    if needs_approval is None:
+        needs_approval = getattr(fn, APPROVAL_MARK, False) is True
     signature = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn)
@@ -128,6 +171,7 @@ def tool(
         description=description or doc.split("\n\n")[0].strip(),
         parameters={"type": "object", "properties": properties, "required": required},
         fn=fn,
+        needs_approval=needs_approval,
     )
 
 

@@ -13,11 +13,29 @@ latencies, recent supervisor events), three faces: the web page (``serve``), a t
 view (``otpmem.observe.terminal``, Rich) and Prometheus metrics
 (``otpmem.observe.prometheus``, the ``prometheus`` extra). Agents report their turns to a
 ``TurnMeter`` through their callbacks: ``start_agent(..., callbacks=meter.callbacks())``.
+
+From another process: a node ``publish``-es its snapshot every second (into its data
+directory, or a row in PostgreSQL) and ``attach(DIR or DSN)`` reads it, read-only, for
+``serve(observer=...)``: what ``otpmem observe --attach`` does.
 """
 
+from ._attach import Attached, AttachError, attach
 from ._cli import observing
 from ._meter import TurnMeter
+from ._publish import STATUS_FILE, Publisher, publish
 from ._server import ObserverServer, serve
 from ._source import Observer
 
-__all__ = ["Observer", "ObserverServer", "TurnMeter", "observing", "serve"]
+__all__ = [
+    "STATUS_FILE",
+    "AttachError",
+    "Attached",
+    "Observer",
+    "ObserverServer",
+    "Publisher",
+    "TurnMeter",
+    "attach",
+    "observing",
+    "publish",
+    "serve",
+]

@@ -39,6 +39,11 @@ PAGE = """<!doctype html>
   td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
   #status.lost { color: #ff9a9a; }
   .side { display: flex; flex-direction: column; gap: 14px; }
+  button.pid { font: inherit; border: 0; background: none; color: #1f5fbf; cursor: pointer;
+               padding: 0; text-decoration: underline; }
+  pre#process-state { background: #f6f7f9; padding: 6px; max-height: 260px; overflow: auto;
+                      font-size: 12px; white-space: pre-wrap; }
+  [hidden] { display: none !important; }
 </style>
 </head>
 <body>
@@ -48,15 +53,22 @@ PAGE = """<!doctype html>
   <span class="figure">schedulers <b id="schedulers">-</b></span>
   <span class="figure">restarts <b id="restarts-total">-</b></span>
   <span class="figure">uptime <b id="uptime">-</b></span>
+  <span id="attached" class="muted"></span>
   <span id="status" class="muted">connecting...</span>
 </header>
 <main>
   <section><h2>Supervision tree</h2><ul class="tree" id="tree"></ul></section>
   <div class="side">
+    <section id="nodes-view" hidden><h2>Nodes (attached)</h2><table id="nodes"></table>
+      <table id="leases"></table><p id="attach-hint" class="muted"></p></section>
     <section><h2>Agents</h2><table id="agents"></table></section>
     <section><h2>Stores</h2><table id="stores"></table></section>
     <section><h2>Recent supervisor events</h2><table id="events"></table></section>
     <section><h2>Processes (busiest mailboxes first)</h2><table id="procs"></table></section>
+    <section id="process-view" hidden><h2>Process <span id="process-pid"></span></h2>
+      <button id="trace-toggle" type="button">trace on</button>
+      <span id="process-note" class="muted"></span>
+      <pre id="process-state"></pre><table id="process-trace"></table></section>
   </div>
 </main>
 <script>
@@ -123,15 +135,69 @@ function render(s) {
   table("events", [["time", ""], ["supervisor", ""], ["event", ""], ["child", ""], ["reason", ""]],
         s.events.slice(0, 25).map(e => [new Date(e.t * 1000).toLocaleTimeString(),
                                          e.supervisor, e.kind, e.child, e.reason]));
-  table("procs", [["pid", ""], ["name", ""], ["type", ""], ["state", ""], ["mailbox", "num"]],
-        s.processes.slice(0, 20).map(p => [p.pid, p.name, p.type, p.state, p.mailbox]));
+  table("procs", [["pid", ""], ["name", ""], ["type", ""], ["state", ""], ["mailbox", "num"],
+                  ["traced", ""]],
+        s.processes.slice(0, 20).map(p => [p.pid, p.name, p.type, p.state, p.mailbox,
+                                           p.traced ? "yes" : ""]));
+  for (const cell of document.querySelectorAll("#procs td:first-child")) {
+    const pid = cell.textContent;
+    const button = el("button", pid, "pid");
+    button.type = "button";
+    button.addEventListener("click", () => { selected = pid.split(".")[1]; showProcess(); });
+    cell.replaceChildren(button);
+  }
+  const attached = s.attached;
+  attachedView = Boolean(attached);
+  document.getElementById("nodes-view").hidden = !attached;
+  document.getElementById("trace-toggle").hidden = Boolean(attached);
+  if (attached) {
+    document.getElementById("attached").textContent = "attached to " + attached.source;
+    table("nodes", [["node", ""], ["os pid", "num"], ["state", ""], ["age s", "num"]],
+          attached.nodes.map(n => [n.node, n.os_pid, n.state, n.age_s]));
+    document.querySelectorAll("#nodes tr").forEach((tr, i) => {
+      if (i > 0) tr.dataset.state = attached.nodes[i - 1].state;
+    });
+    table("leases", [["lease owner", ""], ["leases", "num"], ["live", "num"],
+                     ["progress", "num"]],
+          (s.leases || []).map(l => [l.owner, l.leases, l.live, l.progress]));
+    document.getElementById("attach-hint").textContent = attached.hint || s.error || "";
+  }
 }
+let selected = null;
+let attachedView = false;
+async function showProcess() {
+  if (selected === null) return;
+  const view = document.getElementById("process-view");
+  const answer = await fetch("api/process/" + selected, {cache: "no-store"});
+  view.hidden = false;
+  document.getElementById("process-pid").textContent = "<0." + selected + ".0>";
+  if (!answer.ok) {
+    document.getElementById("process-note").textContent = "not running";
+    return;
+  }
+  const p = await answer.json();
+  view.dataset.traced = String(Boolean(p.traced));
+  document.getElementById("trace-toggle").textContent = p.traced ? "trace off" : "trace on";
+  document.getElementById("process-note").textContent = p.note || p.error || "";
+  document.getElementById("process-state").textContent =
+    p.state === undefined ? "" : JSON.stringify(p.state, null, 2);
+  table("process-trace", [["#", "num"], ["event", ""], ["message", ""], ["from", ""]],
+        (p.trace || []).slice(-25).reverse().map(e => [e.seq, e.kind, e.message, e.caller]));
+}
+document.getElementById("trace-toggle").addEventListener("click", async () => {
+  if (selected === null || attachedView) return;
+  const on = document.getElementById("process-view").dataset.traced !== "true";
+  await fetch("api/trace/" + selected, {method: "POST", cache: "no-store",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify({on: on})});
+  showProcess();
+});
 async function poll() {
   const status = document.getElementById("status");
   try {
     const answer = await fetch("api/snapshot", {cache: "no-store"});
     if (!answer.ok) throw new Error(answer.status);
     render(await answer.json());
+    await showProcess();
     status.textContent = "live"; status.className = "muted";
     document.body.dataset.samples = String(Number(document.body.dataset.samples || 0) + 1);
   } catch (e) {

@@ -1,115 +1,197 @@
-"""``serve()``: the observer's web page and JSON, read-only, on loopback by default.
+"""``serve()``: the observer's web page and JSON, on loopback by default.
 
-The HTTP server runs on threads of its own (never a scheduler's) and answers from the
-newest snapshot the sampler took: a page left open, or many of them, costs the node one
-sample per interval, not one per request.
+The page answers from the newest snapshot its source took (a page left open, or many,
+cost the node one sample per interval, not one per request), over ``_http``'s one loop
+thread: an idle connection holds no thread. What a page on another site could do to it
+is refused: a request whose ``Host`` is not this machine's loopback names or the bound
+address gets 403 (a DNS-rebinding page reaches the port under its own name), every answer
+carries a ``Content-Security-Policy`` that lets in only the page's own script and style,
+``X-Content-Type-Options: nosniff`` and ``X-Frame-Options: DENY``. The one request that
+is not a read, switching a process's trace (``POST /api/trace/PID``), also needs a JSON
+body and, if the browser sends an ``Origin``, this page's own.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
-import threading
+import re
+from collections.abc import Iterable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
+from ._http import HttpServer, Request, Response
 from ._meter import TurnMeter
 from ._page import PAGE
 from ._source import Observer
 
 logger = logging.getLogger("otpmem.observe")
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path in ("/", "/index.html"):
-            self._answer(HTTPStatus.OK, "text/html; charset=utf-8", PAGE.encode())
-        elif path == "/api/snapshot":
-            body = json.dumps(self.server.observer.latest(), default=str).encode()
-            self._answer(HTTPStatus.OK, "application/json", body)
-        elif path == "/metrics":
-            exposition = self.server.metrics()
-            if exposition is None:
-                missing = b"prometheus_client is not installed"
-                self._answer(HTTPStatus.NOT_FOUND, "text/plain", missing)
-            else:
-                content_type, body = exposition
-                self._answer(HTTPStatus.OK, content_type, body)
-        else:
-            self._answer(HTTPStatus.NOT_FOUND, "text/plain", b"not found")
-
-    def _refuse(self) -> None:
-        self._answer(HTTPStatus.METHOD_NOT_ALLOWED, "text/plain", b"the observer is read-only")
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
-
-    def _answer(self, status: HTTPStatus, content_type: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        if status == HTTPStatus.METHOD_NOT_ALLOWED:
-            self.send_header("Allow", "GET")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("observer http: " + format, *args)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class Source(Protocol):
+    """What a page shows: a local ``Observer`` or an attached one (``attach``)."""
 
-    def __init__(self, address: tuple[str, int], observer: Observer) -> None:
-        super().__init__(address, _Handler)
-        self.observer = observer
+    def start(self, interval: float = 0.5) -> Any:
+        """Begin sampling."""
+
+    def latest(self) -> dict[str, Any]:
+        """The newest snapshot."""
+
+    def process(self, pid: int) -> dict[str, Any] | None:
+        """One process's status, state and trace, or None if there is no such process."""
+
+    def trace(self, pid: int, on: bool) -> bool:
+        """Switch a process's trace; False if there is no such process."""
+
+    def close(self) -> None:
+        """Stop sampling."""
+
+
+def _hash_of(tag: str) -> str:
+    body = PAGE.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
+    digest = hashlib.sha256(body.encode()).digest()
+    return f"'sha256-{base64.b64encode(digest).decode()}'"
+
+
+CSP = (
+    f"default-src 'none'; script-src {_hash_of('script')}; style-src {_hash_of('style')}; "
+    "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = [
+    ("Content-Security-Policy", CSP),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+]
+_PROCESS = re.compile(r"^/api/process/(\d{1,18})$")
+_TRACE = re.compile(r"^/api/trace/(\d{1,18})$")
+
+
+def host_name(host: str) -> str:
+    """The name part of a ``Host`` header, lower case, without its port."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        return host if end < 0 else host[: end + 1]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _json(value: Any, status: HTTPStatus = HTTPStatus.OK) -> Response:
+    return Response(status, "application/json", json.dumps(value, default=str).encode())
+
+
+def _text(status: HTTPStatus, text: str) -> Response:
+    return Response(status, "text/plain; charset=utf-8", text.encode())
+
+
+class _Site:
+    """The routes, behind the Host check."""
+
+    def __init__(self, source: Source, allowed: set[str]) -> None:
+        self.source = source
+        self.allowed = allowed
         self._registry: Any = None
 
-    def metrics(self) -> tuple[str, bytes] | None:
+    def answer(self, request: Request) -> Response:
+        host = request.headers.get("host")
+        if host is None or host_name(host) not in self.allowed:
+            return _text(HTTPStatus.FORBIDDEN, "this page answers its own address only")
+        path = request.path
+        if request.method == "POST" and _TRACE.match(path):
+            return self._switch_trace(request, int(_TRACE.match(path).group(1)))  # type: ignore[union-attr]
+        if request.method != "GET":
+            response = _text(HTTPStatus.METHOD_NOT_ALLOWED, "the observer is read-only")
+            response.headers.append(("Allow", "GET"))
+            return response
+        if path in ("/", "/index.html"):
+            return Response(HTTPStatus.OK, "text/html; charset=utf-8", PAGE.encode())
+        if path == "/api/snapshot":
+            return _json(self.source.latest())
+        found = _PROCESS.match(path)
+        if found:
+            row = self.source.process(int(found.group(1)))
+            if row is None:
+                return _json({"error": "no such process"}, HTTPStatus.NOT_FOUND)
+            return _json(row)
+        if path == "/metrics":
+            return self._metrics()
+        return _text(HTTPStatus.NOT_FOUND, "not found")
+
+    def _switch_trace(self, request: Request, pid: int) -> Response:
+        origin = request.headers.get("origin")
+        if origin is not None and host_name(origin.split("://", 1)[-1]) not in self.allowed:
+            return _text(HTTPStatus.FORBIDDEN, "a trace is switched from this page only")
+        if not request.headers.get("content-type", "").startswith("application/json"):
+            return _text(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, 'send {"on": true|false} as JSON')
+        try:
+            on = json.loads(request.body)["on"]
+        except (ValueError, KeyError, TypeError):
+            on = None
+        if not isinstance(on, bool):
+            return _text(HTTPStatus.BAD_REQUEST, 'send {"on": true|false} as JSON')
+        if not isinstance(self.source, Observer):
+            return _text(HTTPStatus.CONFLICT, "an attached observer is read-only: no trace")
+        if not self.source.trace(pid, on):
+            return _json({"error": "no such process"}, HTTPStatus.NOT_FOUND)
+        return _json({"pid": pid, "traced": on})
+
+    def _metrics(self) -> Response:
         try:
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
         except ImportError:
-            return None
+            return _text(HTTPStatus.NOT_FOUND, "prometheus_client is not installed")
+        if not isinstance(self.source, Observer):
+            return _text(HTTPStatus.NOT_FOUND, "metrics are the observed node's own")
         if self._registry is None:
             from .prometheus import registry_for
 
-            self._registry = registry_for(self.observer)
-        return CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            self._registry = registry_for(self.source)
+        return Response(HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self._registry))
+
+
+def _secured(response: Response) -> Response:
+    response.headers.extend(SECURITY_HEADERS)
+    return response
 
 
 class ObserverServer:
     """A running observer page: ``url``, ``port``, ``observer``; ``stop()`` ends it all."""
 
-    def __init__(self, server: _Server, observer: Observer, owns_observer: bool) -> None:
-        self._server = server
+    def __init__(self, http: HttpServer, observer: Any, owns_observer: bool) -> None:
+        self._http = http
         self.observer = observer
         self._owns_observer = owns_observer
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="otpmem-observe-http"
-        )
-        self._thread.daemon = True
-        self._thread.start()
 
     @property
     def port(self) -> int:
         """The port it listens on (the one picked when serve was given 0)."""
-        return int(self._server.server_address[1])
+        return int(self._http.address[1])
+
+    @property
+    def host(self) -> str:
+        """The address it is bound to."""
+        return str(self._http.address[0])
 
     @property
     def url(self) -> str:
         """The page's address."""
-        host = str(self._server.server_address[0])
-        return f"http://{host}:{self.port}/"
+        host = self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/"
+
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return self._http.connections
 
     def stop(self) -> None:
         """Stop serving, and the sampler if ``serve`` started it."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5.0)
+        self._http.stop()
         if self._owns_observer:
             self.observer.close()
 
@@ -124,24 +206,30 @@ def serve(
     port: int = 0,
     host: str = "127.0.0.1",
     *,
-    observer: Observer | None = None,
+    observer: Source | None = None,
     meter: TurnMeter | None = None,
     interval: float = 0.5,
+    allowed_hosts: Iterable[str] = (),
 ) -> ObserverServer:
-    """Serve the observer page of this node on ``host:port`` (0: a free port), read-only.
+    """Serve the observer page of this node on ``host:port`` (0: a free port).
 
     Bound to loopback unless ``host`` says otherwise: the page shows names and counts of
     the node's conversations. Without ``observer``, one over every tree of the node is
-    started (sampling every ``interval`` s) and stopped with the server.
+    started (sampling every ``interval`` s) and stopped with the server; ``observer`` may
+    also be an attached one (``attach``). Requests must name the page by a loopback name,
+    the bound address or one of ``allowed_hosts`` in their ``Host`` header.
     """
     owns = observer is None
-    if observer is None:
-        observer = Observer(meter=meter)
-    observer.start(interval)
+    source: Source = Observer(meter=meter) if observer is None else observer
+    allowed = {*LOOPBACK_NAMES, host_name(host), *(host_name(h) for h in allowed_hosts)}
+    if ":" in host:
+        allowed.add(f"[{host.lower()}]")
+    source.start(interval)
+    site = _Site(source, allowed)
     try:
-        server = _Server((host, port), observer)
+        http = HttpServer(host, port, site.answer, wrap=_secured)
     except OSError:
         if owns:
-            observer.close()
+            source.close()
         raise
-    return ObserverServer(server, observer, owns)
+    return ObserverServer(http, source, owns)

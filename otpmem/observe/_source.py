@@ -23,7 +23,8 @@ from collections import Counter, deque
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from ..actors import ActorError, Handle, live_processes
+from ..actors import ActorError, CallTimeout, Handle, live_processes
+from ..actors import sys as otp_sys
 from ..actors.runtime import QUEUED, RUNNING, Process, scheduler_count
 from ..reprs import short_repr
 from ..stores import ChatMemory, StoreError
@@ -63,6 +64,7 @@ def _process_row(process: Process) -> dict[str, Any]:
         "type": type(process.server).__name__,
         "state": state_of(process),
         "mailbox": len(process.mailbox),
+        "traced": otp_sys.traced(Handle(process)),
     }
 
 
@@ -257,6 +259,40 @@ class Observer:
         """The newest snapshot (taken now if there is none yet)."""
         latest = self._latest
         return latest if latest is not None else self.sample()
+
+    # -- one process ------------------------------------------------------------------------
+
+    def _find(self, pid: int) -> Process | None:
+        return next((p for p in live_processes() if p.pid == pid and not p.dead), None)
+
+    def process(self, pid: int) -> dict[str, Any] | None:
+        """A live process's status and state (``sys.get_status``, asked of it between its
+        messages) and its trace's last events; None if no process has ``pid``."""
+        process = self._find(pid)
+        if process is None:
+            return None
+        handle = Handle(process)
+        row: dict[str, Any] = _process_row(process)
+        try:
+            row.update(otp_sys.get_status(handle, CALL_TIMEOUT))
+        except CallTimeout:
+            row["error"] = f"busy: it did not answer within {CALL_TIMEOUT} s"
+        except ActorError as exc:
+            row["error"] = type(exc).__name__
+        row["trace"] = [event.to_json() for event in otp_sys.trace_log(handle)]
+        return row
+
+    def trace(self, pid: int, on: bool) -> bool:
+        """Switch the trace of process ``pid`` on or off (its events are logged to
+        ``otpmem.actors.sys`` and kept for ``process``); False if there is no such process."""
+        process = self._find(pid)
+        if process is None:
+            return False
+        try:
+            otp_sys.trace(Handle(process), on, timeout=CALL_TIMEOUT)
+        except ActorError:
+            return False
+        return True
 
     def metrics(self) -> dict[str, Any]:
         """Counters for exporters: events by (supervisor, kind), restarts, the meter."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import telemetry
 from ..actors import split_request
 from ..messages import (
     Conv,
@@ -76,7 +77,10 @@ class StoreClient:
         follows = check_key(follows, "follows")
         if not batch:
             return
-        self._add_checked((key, batch, idempotency_key, follows), timeout)
+        add = (key, batch, idempotency_key, follows)
+        if telemetry.ENABLED:  # every store's writes, traced and timed (nothing without OTel)
+            return telemetry.store_write(self._add_checked, add, timeout, type(self).__name__)
+        self._add_checked(add, timeout)
 
     def _add_checked(self, add: CheckedAdd, timeout: float | None) -> None:
         # A store that can take a checked add without a call overrides this.

@@ -98,6 +98,7 @@ def owner_key(who: object, what: str = "user_id") -> str:
     raise ValueError(f"{what} must be a non-empty str or a Scope, got {short_repr(who)}")
 
 
+@functools.lru_cache(maxsize=65_536)
 def _encoded(user: str | None, agent: str | None, run: str | None, team: str | None) -> str:
     # ASCII JSON: every store keeps it as it is (PostgreSQL's text takes no lone surrogate).
     return MARK + json.dumps([user, agent, run, team], separators=(",", ":"))

@@ -13,6 +13,7 @@ from .._base import LeaseLost
 from ._dsn import check_dsn, redact, unredacted
 from ._embedded import embedded_dsn, embedded_server
 from ._leases import Fence, Heartbeat, Lease, Leases, ensure_leases, lease_lock_prefix
+from ._schema import check_namespace
 from ._server import PostgresStore, PostgresStoreHandle, connected, schema_exists
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "PostgresStore",
     "PostgresStoreHandle",
     "check_dsn",
+    "check_namespace",
     "connected",
     "embedded_dsn",
     "embedded_server",

@@ -10,7 +10,9 @@ from ...reprs import short_repr
 def redact(dsn: str) -> str:
     """A DSN fit for an error message (or run.json): any password replaced; an empty one,
     which hides nothing, kept (so the DSN still works as written)."""
-    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+    # A key=value password may be quoted, spaces and escaped quotes inside: hidden whole.
+    pairs = re.sub(r"password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)", "password=***", dsn)
+    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", pairs)
 
 
 def check_dsn(dsn: str) -> str:

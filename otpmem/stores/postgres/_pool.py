@@ -43,14 +43,17 @@ IDLE_IN_TRANSACTION_MS = 5_000
 _LAST_WAIT = 0.01  # a wait that ran out still takes a connection that is ready
 
 
-def open_pool(dsn: str, namespace: str, pool_size: int, connect_timeout: float) -> Any:
-    """A psycopg ``ConnectionPool`` on ``dsn``, not opened yet."""
-    kwargs: dict[str, Any] = {
-        "autocommit": True,
-        # A transaction whose client froze between its statements (a GC pause, a stopped
-        # VM) must not hold its locks forever: the server ends it.
-        "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
-    }
+def open_pool(
+    dsn: str, namespace: str, pool_size: int, connect_timeout: float, read_only: bool = False
+) -> Any:
+    """A psycopg ``ConnectionPool`` on ``dsn``, not opened yet; ``read_only``: every
+    transaction of its sessions is read-only, so the server refuses any write."""
+    # A transaction whose client froze between its statements (a GC pause, a stopped VM)
+    # must not hold its locks forever: the server ends it.
+    options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    if read_only:
+        options += " -c default_transaction_read_only=on"
+    kwargs: dict[str, Any] = {"autocommit": True, "options": options}
     if "connect_timeout" not in conninfo_to_dict(dsn):
         # Each attempt of the pool's own, too: a host that does not answer would otherwise
         # hold one of its workers until TCP gives up, minutes later. libpq's least is 2 s.

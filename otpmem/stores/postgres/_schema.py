@@ -360,6 +360,27 @@ def ensure_schema(conn: Any, namespace: str) -> None:
             )
 
 
+def check_schema(conn: Any, namespace: str) -> None:
+    """Refuse, touching nothing, a schema ``namespace`` that is missing or of another
+    version than this otpmem's (what a store opened read-only checks instead of
+    ``ensure_schema``, which would create or migrate it)."""
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL", (f"{namespace}.schema_version",)
+    ).fetchone()
+    if not (row and row[0]):
+        raise StoreUnavailable(f"there is no otpmem schema {namespace!r} on this server")
+    ns = sql.Identifier(namespace)
+    row = conn.execute(sql.SQL("SELECT max(version) FROM {ns}.schema_version").format(ns=ns))
+    version = row.fetchone()[0]
+    if version != SCHEMA_VERSION:
+        made = "a newer otpmem" if (version or 0) > SCHEMA_VERSION else "an older otpmem"
+        raise StoreUnavailable(
+            f"the PostgreSQL schema {namespace!r} has version {version}, made by {made}; "
+            f"read-only, this one reads version {SCHEMA_VERSION} only (a store opened to "
+            "write migrates an older one)"
+        )
+
+
 def user_key(user_id: str | None) -> str:
     """How a conversation's user is stored: ``''`` for no user."""
     return "" if user_id is None else user_id

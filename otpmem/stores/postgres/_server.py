@@ -43,6 +43,7 @@ from ...supervisors import ChildSpec, SupervisorEvent
 from .._base import (
     STORE_INTENSITY,
     STORE_PERIOD,
+    StoreError,
     StoreUnavailable,
 )
 from .._client import StoreClient
@@ -52,18 +53,16 @@ from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
 from ..blocks import BLOCK_EDIT
 from ..reservations import RESERVATION_KINDS, abandoned_hold
-from ._blocks import PostgresBlocks, ensure_blocks
+from ._blocks import PostgresBlocks
 from ._commit import Committing, FencedAdd, FenceOf, refused
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dir, embedded_dsn
-from ._forks import ensure_forks
 from ._group_commit import GroupCommit
-from ._holds import ensure_holds
-from ._leases import ensure_leases
 from ._pool import CONNECT_TIMEOUT, open_pool, pooled, unavailable
+from ._prepare import prepare_schema
 from ._reads import PostgresReads, compose
 from ._requests import Requests
-from ._schema import check_namespace, ensure_schema
+from ._schema import check_namespace
 from ._scopes import ScopeReads
 
 logger = logging.getLogger("otpmem.stores")
@@ -232,6 +231,7 @@ class PostgresStore(Committing, GenServer):
         start_timeout: float | None = 60.0,
         fence: FenceOf | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        read_only: bool = False,
     ) -> PostgresStoreHandle:
         """Connect to ``dsn`` (none: an embedded server under ``data_dir``), create or check
         the schema ``namespace``, and start the store linked to the caller.
@@ -244,6 +244,10 @@ class PostgresStore(Committing, GenServer):
         ``Leases``) an add to ``conv`` must still hold when it commits, or None for an
         unfenced add; an add whose lease moved on stores nothing and raises ``LeaseLost``.
 
+        ``read_only=True`` creates and migrates nothing: the schema must be there, of this
+        otpmem's version; every write is refused (``StoreError``) and the server itself
+        refuses any statement that would write (its sessions are read-only).
+
         Raises ``StoreUnavailable`` naming the server if it cannot be reached, or if its
         schema is newer than this otpmem.
         """
@@ -254,9 +258,11 @@ class PostgresStore(Committing, GenServer):
         if fence is not None and not callable(fence):
             raise TypeError(f"fence must be a callable of a Conv, got {short_repr(fence)}")
         connect_timeout = _check_connect_timeout(connect_timeout)
+        if type(read_only) is not bool:
+            raise TypeError(f"read_only must be a bool, got {short_repr(read_only)}")
         handle = spawn_store(
             cls,
-            (dsn, namespace, pool_size, data_dir, fence, connect_timeout),
+            (dsn, namespace, pool_size, data_dir, fence, connect_timeout, read_only),
             name,
             faults,
             start_timeout,
@@ -314,6 +320,7 @@ class PostgresStore(Committing, GenServer):
         data_dir: str | os.PathLike[str] | None,
         fence: FenceOf | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        read_only: bool = False,
     ) -> None:
         psycopg, pool_module = _psycopg()
         self._psycopg_errors = (psycopg.OperationalError, pool_module.PoolTimeout)
@@ -322,16 +329,12 @@ class PostgresStore(Committing, GenServer):
             dsn = blocking(embedded_dsn, data_dir)
         self.dsn = dsn
         self.connect_timeout = connect_timeout
-        self.pool = open_pool(dsn, namespace, pool_size, connect_timeout)
+        self.read_only = read_only
+        self.pool = open_pool(dsn, namespace, pool_size, connect_timeout, read_only)
         try:
             blocking(self.pool.open, True, connect_timeout)
             with pooled(self.pool, connect_timeout) as conn:
-                blocking(ensure_schema, conn, namespace)
-                blocking(ensure_holds, conn, namespace)
-                blocking(ensure_blocks, conn, namespace)
-                blocking(ensure_forks, conn, namespace)
-                if fence is not None:
-                    blocking(ensure_leases, conn, namespace)
+                blocking(prepare_schema, conn, namespace, read_only, fence is not None)
         except self._psycopg_errors as exc:
             self.pool.close()
             # The pool says only that it timed out; one plain connection says why. It is
@@ -375,7 +378,12 @@ class PostgresStore(Committing, GenServer):
     def perform(self, message: tuple[Any, ...], owner: object) -> Any:
         """Run one store request as one transaction, on the calling thread (an add joins
         the adds of other threads in one, as a group commit)."""
-        work, args = self.requests.work(message)
+        work, args = self.requests.work(message)  # a checked request: message[0] its kind
+        if self.read_only and message[0] in WRITES:
+            raise StoreError(
+                f"this PostgresStore (schema {self.namespace!r}) was opened read_only=True: "
+                f"it does not {message[0]}"
+            )
         if work == self.writes.append:
             return self.group.submit((args, None if self.fence is None else self.fence(args[0])))
         with self._caller_errors(owner), self._cursor() as (conn, cur):
