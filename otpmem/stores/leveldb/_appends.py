@@ -97,7 +97,10 @@ class Appending:
         follows: str | None = None,
         *,
         staged: Staged,
+        forked: int | None = None,
     ) -> list[Op]:
+        # ``forked``: the batch is a fork's copy, whose key remembers its size and which
+        # records no usage (the spend stays the source's).
         if not batch:
             return []
         if (idempotency_key is not None or follows is not None) and not admits(
@@ -119,10 +122,12 @@ class Appending:
                     meta.summary_seq = seq + i
                 ops.append((keys.message_key(pinned, seq + i), packed))
         if idempotency_key is not None:
-            ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged))
+            ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged, forked))
         meta.next_seq += len(batch)
         meta.count += len(batch)
         ops.append((known.meta_key, meta.pack()))
+        if forked is not None:
+            return ops
         usage = lt.usage_ops(lambda key: self.read_through(key, staged), conv, batch, self.db)
         for key, value in usage[:2]:  # the running sums: the next add must see them
             staged[key] = value
@@ -136,6 +141,7 @@ class Appending:
         meta: keys.Meta,
         position: int,
         staged: Staged,
+        forked: int | None = None,
     ) -> list[Op]:
         """Record the key, and forget the conversation's oldest once it holds KEYS_KEPT."""
         order = keys.conv_prefix(keys.KEY_ORDER, conv)
@@ -144,7 +150,7 @@ class Appending:
         entry = keys.idempotency_key(conv, idempotency_key)
         raw_key = idempotency_key.encode("utf-8", "surrogatepass")
         ops: list[Op] = [
-            (entry, keys.key_entry(ordinal, position)),
+            (entry, keys.key_entry(ordinal, position, forked)),
             (keys.message_key(order, ordinal), raw_key),
         ]
         if ordinal >= KEYS_KEPT:
