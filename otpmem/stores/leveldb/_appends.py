@@ -104,7 +104,10 @@ class Appending:
         follows: str | None = None,
         *,
         staged: Staged,
+        forked: int | None = None,
     ) -> list[Op]:
+        # ``forked``: the batch is a fork's copy, whose key remembers its size and which
+        # records no usage (the spend stays the source's).
         if not batch:
             return []
         if (idempotency_key is not None or follows is not None) and not admits(
@@ -132,13 +135,13 @@ class Appending:
                     meta.summary_seq = seq + i
                 ops.append((key(pinned, seq + i), packed))
         if idempotency_key is not None:
-            ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged))
+            ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged, forked))
         meta.next_seq += len(batch)
         meta.count += len(batch)
         packed_meta = meta.pack(pack)
         ops.append((known.meta_key, packed_meta))
         staged[known.meta_key] = packed_meta  # the next write of the conversation goes after
-        if plain:
+        if plain or forked is not None:  # a fork records no usage: the spend is the source's
             return ops
         usage = lt.usage_ops(lambda key: self.read_through(key, staged), conv, batch, self.db)
         for key_, value in usage[:2]:  # the running sums: the next add must see them
@@ -153,6 +156,7 @@ class Appending:
         meta: keys.Meta,
         position: int,
         staged: Staged,
+        forked: int | None = None,
     ) -> list[Op]:
         """Record the key, and forget the conversation's oldest once it holds KEYS_KEPT."""
         order = keys.conv_prefix(keys.KEY_ORDER, conv)
@@ -161,7 +165,7 @@ class Appending:
         entry = keys.idempotency_key(conv, idempotency_key)
         raw_key = idempotency_key.encode("utf-8", "surrogatepass")
         ops: list[Op] = [
-            (entry, keys.key_entry(ordinal, position)),
+            (entry, keys.key_entry(ordinal, position, forked)),
             (keys.message_key(order, ordinal), raw_key),
         ]
         if ordinal >= KEYS_KEPT:

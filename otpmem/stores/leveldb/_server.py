@@ -43,7 +43,7 @@ from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
 from ..scopes import owner_key
-from . import _blocks, _scopes, keys
+from . import _blocks, _fork, _scopes, keys
 from . import _longterm as lt
 from ._appends import Appending, KnownConversation, Staged
 from ._committer import Committer, Op
@@ -224,6 +224,9 @@ class LevelDBStore(Appending, GenServer):
                 ops = self._append_ops(*arg, staged=staged)
                 self.committer.submit(ops, self.caller(), staged)
             return NO_REPLY
+        if kind == "fork":
+            with self._adds_paused():
+                return _fork.fork(self, arg)
         if kind == "import":
             staged = {}
             ops = []
