@@ -16,7 +16,6 @@ What it reads, and how, so that watching never changes what is watched:
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections import Counter, deque
@@ -30,6 +29,7 @@ from ..reprs import short_repr
 from ..stores import ChatMemory, StoreError
 from ..supervisors import Supervisor, SupervisorEvent, SupervisorHandle
 from ._meter import TurnMeter
+from ._sampler import Sampler
 
 CALL_TIMEOUT = 1.0
 EVENTS_KEPT = 200
@@ -87,7 +87,7 @@ def _process_row(process: Process, labels: dict[str, str] | None = None) -> dict
     }
 
 
-class Observer:
+class Observer(Sampler):
     """Snapshots of the running node for the web page, the terminal view and Prometheus::
 
     observer = Observer()          # every supervision tree of the node
@@ -112,8 +112,7 @@ class Observer:
         self._subscribed: dict[Any, SupervisorHandle] = {}  # pid -> handle
         self._store_rates: dict[str, tuple[float, int]] = {}
         self._latest: dict[str, Any] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     # -- events -----------------------------------------------------------------------------
 
@@ -251,7 +250,10 @@ class Observer:
                     row["writes_per_s"] = round(max(rate, 0.0), 1)
             committer = getattr(process.server, "committer", None)
             if committer is not None:
+                # Synced writes: the committer's groups and the plain threads' own batches
+                # (LevelDB's writer queue may share one fsync among those; none is missed).
                 fsyncs = int(getattr(committer, "groups", 0))
+                fsyncs += int(getattr(committer, "direct_writes", 0))
                 writes = int(getattr(committer, "writes", 0))
                 row.update(fsyncs=fsyncs, writes=writes)
                 row["writes_per_fsync"] = round(writes / fsyncs, 2) if fsyncs else None
@@ -345,26 +347,11 @@ class Observer:
 
     def start(self, interval: float = 0.5) -> Observer:
         """Sample every ``interval`` s on a thread of the observer's own."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, args=(interval,), name="otpmem-observer", daemon=True
-            )
-            self._thread.start()
-        return self
-
-    def _loop(self, interval: float) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception:  # an observer must outlive what it watches
-                logging.getLogger("otpmem.observe").exception("observer: a sample failed")
-            self._stop.wait(interval)
+        return super().start(interval)
 
     def close(self) -> None:
         """Stop sampling and unsubscribe from every supervisor still running."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
+        self.stop_sampling(5.0)
         for handle in list(self._subscribed.values()):
             if handle.alive:
                 # One that exited meanwhile has nothing left to unsubscribe from.
