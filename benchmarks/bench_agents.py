@@ -35,6 +35,7 @@ chunks, untimed, or it would grow by ~20 messages per turn.
 from __future__ import annotations
 
 import gc
+import queue
 import statistics
 import threading
 import time
@@ -53,6 +54,7 @@ from _common import (
     rotated,
     safe_ratio,
     split,
+    verdict,
 )
 
 import otpmem
@@ -77,8 +79,10 @@ CALLERS = 16
 """Caller threads for the 50- and 500-agent runs."""
 
 STOP_TIMEOUT = 60.0
-TURN_GOAL = 1.15
-"""An agent turn over the same calls by hand, in time: at most."""
+PROCESS_GOAL = 1.3
+"""An agent turn from a process over the same calls by hand there, in time: at most."""
+THREAD_GOAL = 1.15
+"""An agent turn from a plain thread over the by-hand turn plus two bare hand-offs: at most."""
 
 
 def reply(messages: list[dict[str, Any]], tools: Any) -> str:
@@ -222,6 +226,31 @@ def bench_throughput(quick: bool) -> list[str]:
 # -- 2. per-turn overhead over direct store calls ---------------------------------------------
 
 
+class BareEcho:
+    """Two bare OS-thread hand-offs: a plain thread that answers each message put on one
+    SimpleQueue on another (what no runtime can do with less)."""
+
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="bench-bare-echo", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while (message := self.requests.get()) is not None:
+            self.replies.put(message)
+
+    def call(self, message: Any) -> Any:
+        """Hand ``message`` to the echo thread and wait for it back."""
+        self.requests.put(message)
+        return self.replies.get(timeout=STOP_TIMEOUT)
+
+    def stop(self) -> None:
+        """End the echo thread."""
+        self.requests.put(None)
+        self.thread.join(STOP_TIMEOUT)
+
+
 def time_calls(call: Callable[[], Any], n: int) -> float:
     """Seconds for n calls of ``call``."""
     t0 = time.perf_counter()
@@ -251,6 +280,8 @@ def bench_overhead(quick: bool) -> list[str]:
         running.callback(echo.stop)
         driver = Driver.start_link()
         running.callback(driver.stop)
+        bare = BareEcho()
+        running.callback(bare.stop)
         provider = DefaultProvider(store, window=WINDOW)
         agent = Agent.start_link(llm=model, memory=provider, conversation_id="agent")
         running.callback(agent.stop)
@@ -272,11 +303,15 @@ def bench_overhead(quick: bool) -> list[str]:
             "direct": here(by_hand),
             "provider": here(provider_turn(provider, model, Conv(None, "provider"))),
             "hop": here(hop),
+            "bare": here(lambda: bare.call(TEXT)),
             "agent-p": there(run_agent),
             "direct-p": there(by_hand_there),
             "hop-p": there(hop),
         }
-        n = {name: 5 * calls if name.startswith("hop") else calls for name in contenders}
+        n = {
+            name: calls if name.startswith("agent") or "direct" in name else 5 * calls
+            for name in contenders
+        }
         for timed in contenders.values():
             timed(2 * WINDOW)  # warm-up: every window full
         model.calls.clear()
@@ -311,25 +346,30 @@ def bench_overhead(quick: bool) -> list[str]:
         f"paired per repeat, median [min..max] of {repeats} repeats, each the median of "
         f"{chunks} rotated chunks of {calls}"
     )
-    thread_ratio = statistics.median(paired("agent", "direct"))
+    # The thread goal's baseline: the by-hand turn plus two bare hand-offs, of the same repeat.
+    floor = [d + b for d, b in zip(times["direct"], times["bare"], strict=True)]
+    thread_ratios = [a / f for a, f in zip(times["agent"], floor, strict=True)]
+    thread_ratio = statistics.median(thread_ratios)
     process_ratio = statistics.median(paired("agent-p", "direct-p"))
     return [
-        f"agent turn (Agent.run, DefaultProvider(MemoryStore, window={WINDOW}), ScriptedModel, "
-        f"no tools), from a plain thread: {us('agent')} | direct in the caller thread, "
-        f"get(last={WINDOW}) + add(user) + model + add(assistant): {us('direct')} | "
-        f"agent/direct time = {ratio_summary(paired('agent', 'direct'))} ({shape}) (goal <= "
-        f"{TURN_GOAL}) -> {'ok' if thread_ratio <= TURN_GOAL else 'MISSED'} | the same "
-        f"through the provider (history/append/prepare/append): {us('provider')}, "
-        f"agent/provider time = {ratio_summary(paired('agent', 'provider'))} | agent - "
-        f"provider = {statistics.median(extra):.0f} us per turn vs one GenServer call hop "
-        f"{us('hop')} (the caller -> agent handoff: two thread hand-offs)",
+        f"agent turn from a plain thread (Agent.run, DefaultProvider(MemoryStore, window="
+        f"{WINDOW}), ScriptedModel, no tools): {us('agent')} | by hand in the caller thread, "
+        f"get(last={WINDOW}) + add(user) + model + add(assistant): {us('direct')} | two bare "
+        f"hand-offs (a SimpleQueue round trip to a plain thread): {us('bare')} | agent/(by "
+        f"hand + bare hand-offs) time = {ratio_summary(thread_ratios)} ({shape}) (goal <= "
+        f"{THREAD_GOAL}) -> {verdict(thread_ratio <= THREAD_GOAL)} | agent/by hand = "
+        f"{ratio_summary(paired('agent', 'direct'))} | the same through the provider "
+        f"(history/append/prepare/append): {us('provider')}, agent/provider = "
+        f"{ratio_summary(paired('agent', 'provider'))} | agent - provider = "
+        f"{statistics.median(extra):.0f} us per turn vs one GenServer call hop {us('hop')}",
         f"agent turn from a process (a driver GenServer calls Agent.run): {us('agent-p')} | "
-        f"the same calls by hand in that process: {us('direct-p')} | agent/direct time = "
-        f"{ratio_summary(paired('agent-p', 'direct-p'))} (goal <= {TURN_GOAL}) -> "
-        f"{'ok' if process_ratio <= TURN_GOAL else 'MISSED'} | one GenServer call hop from "
-        f"a process {us('hop-p')} (a greenlet switch) | agent - by hand = "
+        f"the same calls by hand in that process: {us('direct-p')} | agent/by hand time = "
+        f"{ratio_summary(paired('agent-p', 'direct-p'))} ({shape}) (goal <= {PROCESS_GOAL}) "
+        f"-> {verdict(process_ratio <= PROCESS_GOAL)} | one GenServer call hop from a "
+        f"process {us('hop-p')} (a greenlet switch) | agent - by hand = "
         f"{statistics.median(extra_p):.0f} us per turn beside that hop (the turn's own "
-        "steps: exactly-once keys on both adds, the writer claim, the context check)",
+        "steps: exactly-once keys on both adds, the writer claim, the window with its pinned "
+        "messages, the context check)",
     ]
 
 

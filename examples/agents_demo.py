@@ -52,13 +52,14 @@ def main() -> None:
             print(f"   {message['role']:9} {text}")
 
         print("2. four agents in parallel; the default store is killed twice meanwhile")
-        done = [0] * 4
+        done = [1, 0, 0, 0]  # agent 0's turn above
 
         def drive(i: int) -> None:
             for n in range(10):
                 while True:
                     try:
-                        agents[i].run(f"{n}+{i}")
+                        # The turn id makes the retry continue the turn, not store it twice.
+                        agents[i].run(f"{n}+{i}", turn_id=f"sums-{i}-{n}")
                         done[i] += 1
                         break
                     except (NoProcess, ServerExited, TurnFailed):
@@ -73,11 +74,14 @@ def main() -> None:
                 faults.kill(store)
         for thread in threads:
             thread.join(60)
+        exactly_once = True
         for i, agent in enumerate(agents):
-            answers = [
-                m for m in agent.messages() if m["role"] == "assistant" and not m.get("tool_calls")
-            ]
+            stored = agent.messages()
+            answers = [m for m in stored if m["role"] == "assistant" and not m.get("tool_calls")]
+            questions = [m for m in stored if m["role"] == "user"]
             print(f"   agent {i}: {done[i]} turns acknowledged, {len(answers)} answers stored")
+            exactly_once &= done[i] == len(answers) == len(questions)
+        print(f"   each acknowledged turn stored once: {exactly_once}")
 
         print("3. an agent crashes; its supervisor restarts it and the conversation goes on")
         first_pid = agents[1].pid
@@ -88,6 +92,7 @@ def main() -> None:
             f"   the same handle now reaches {agents[1].pid} (was {first_pid}), which sees "
             f"{len(agents[1].messages())} stored messages; next answer: {answer}"
         )
+
 
 if __name__ == "__main__":
     main()

@@ -6,9 +6,10 @@ Six supervised agents talk in parallel threads, each with its own conversation o
 default store (LevelDB in a temporary directory). The model is a ``ScriptedModel`` over a
 function of the messages: a sum gets the ``add`` tool, anything else an echo. While they
 talk, the store is killed and crashed and agents are killed or made to crash on their next
-message; a turn interrupted by a fault is simply run again. Every turn an agent
-acknowledges is noted, and at the end every conversation is read back from the store: the
-run exits 1 if an acknowledged message is missing (or a tool result lost its call).
+message; a turn interrupted by a fault is run again with its turn id, so it continues
+where it was and stores nothing twice. Every turn an agent acknowledges is noted, and at
+the end every conversation is read back from the store: the run exits 1 if an
+acknowledged message is missing or stored twice (or a tool result lost its call).
 
 ``otpmem simulate`` is the full-size version of this, with a fsynced ledger and resume.
 """
@@ -93,11 +94,14 @@ def main() -> int:
                 name=name,
             )
 
-        def run_turn(i: int, text: str) -> TurnResult | None:
+        def run_turn(i: int, turn: int, text: str) -> TurnResult | None:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 try:
-                    return AgentHandle.named(names[i]).run(text, timeout=30)
+                    # The turn id makes a retry continue the turn: nothing stored twice.
+                    return AgentHandle.named(names[i]).run(
+                        text, timeout=30, turn_id=f"chat-{i}-{turn}"
+                    )
                 except RETRYABLE:
                     time.sleep(0.005)  # a store or this agent is restarting: run it again
             problems.append(f"agent {i} could not finish {text!r}")
@@ -106,7 +110,7 @@ def main() -> int:
         def talk(i: int) -> None:
             for turn in range(TURNS):
                 text = f"agent {i} turn {turn}: {turn}+{i}" if turn % 2 else f"hello {turn}"
-                result = run_turn(i, text)
+                result = run_turn(i, turn, text)
                 if result is None:
                     return
                 with progress:
@@ -175,13 +179,14 @@ def main() -> int:
     acknowledged = sum(len(a) for a in acked)
     print(f"agents: {AGENTS}, turns acknowledged: {sum(turns_done)} of {AGENTS * TURNS}")
     print(f"faults injected: {len(schedule)}, restarts by supervisors: {len(restarts)}")
-    print(f"messages acknowledged: {acknowledged}, stored: {stored}")
+    print(f"messages acknowledged: {acknowledged}, stored: {stored} (each once: turn ids)")
     print(f"lost: {lost}, orphaned tool results: {orphaned}")
     print(f"took {time.monotonic() - started:.1f} s")
     for problem in problems:
         print(f"problem: {problem}")
     ok = lost == 0 and orphaned == 0 and not problems and sum(turns_done) == AGENTS * TURNS
-    print("OK: every acknowledged message was read back" if ok else "FAILED")
+    ok = ok and stored == acknowledged
+    print("OK: every acknowledged message was read back, once" if ok else "FAILED")
     return 0 if ok else 1
 
 

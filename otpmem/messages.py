@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from itertools import compress, repeat
+from operator import eq, is_, not_
 from typing import Any, NamedTuple, NoReturn
 
 # Re-exported: the read-only values are what stores keep and hand out, under these names.
@@ -29,6 +31,8 @@ from .frozen import untracked as _untracked
 from .reprs import SHORT_REPR_MAX as SHORT_REPR_MAX
 from .reprs import short_repr as short_repr
 
+_get = dict.get  # unbound: map(_get, dicts, repeat(key)) reads a key of each, in C
+_PINNED, _TRUE = repeat("pinned"), repeat(True)  # endless: shared by every split
 ROLES = ("system", "user", "assistant", "tool")
 FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata")
 _FIELD_SET = frozenset(FIELDS)
@@ -339,6 +343,43 @@ def is_pinned(message: Mapping[str, Any]) -> bool:
     if isinstance(metadata, dict):  # stored and frozen metadata: no ABC check, called per turn
         return metadata.get("pinned") is True
     return isinstance(metadata, Mapping) and metadata.get("pinned") is True
+
+
+def split_pinned(
+    messages: Iterable[Mapping[str, Any]],
+) -> tuple[list[Any], list[Any], int, int]:
+    """One pass over ``messages``: (the pinned ones, the others, how many of the pinned are
+    summaries, the index in the others just past their last tool result, 0 if none).
+
+    A windowed turn splits every message of its window here. The common window (dicts, no
+    tool result, nothing marked pinned: only system messages are pinned) is split by scans
+    that run in C, without a bytecode per message; any other takes ``is_pinned`` on each.
+    """
+    messages = messages if type(messages) is list else list(messages)
+    try:
+        roles = list(map(_get, messages, repeat("role")))
+        marked = filter(None, map(_get, messages, repeat("metadata")))  # {} pins nothing
+        plain = "tool" not in roles and True not in map(is_, map(_get, marked, _PINNED), _TRUE)
+    except TypeError:  # a Mapping that is not a dict: the general pass
+        plain = False
+    if plain:
+        if "system" not in roles:
+            return [], list(messages), 0, 0
+        system = list(map(eq, roles, repeat("system")))
+        pinned = list(compress(messages, system))
+        body = list(compress(messages, map(not_, system)))
+        return pinned, body, sum(map(is_summary, pinned)), 0
+    pinned, body = [], []
+    summaries = after_tool = 0
+    for message in messages:
+        if is_pinned(message):
+            pinned.append(message)
+            summaries += is_summary(message)
+        else:
+            body.append(message)
+            if message.get("role") == "tool":
+                after_tool = len(body)
+    return pinned, body, summaries, after_tool
 
 
 def is_summary(message: Mapping[str, Any]) -> bool:

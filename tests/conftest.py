@@ -104,6 +104,24 @@ def pg_namespace(request: pytest.FixtureRequest) -> str:
     return f"t_{stem}_{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture(params=["memory", "leveldb", "postgres"])
+def each_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each of the three stores (the test runs once per store), stopped at the end."""
+    if request.param == "memory":
+        from otpmem.stores import MemoryStore
+
+        handle: Any = MemoryStore.start_link()
+    elif request.param == "leveldb":
+        handle = LevelDBStore.start_link(str(tmp_path / "db"))
+    else:
+        from otpmem.stores.postgres import PostgresStore
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        handle = PostgresStore.start_link(dsn, namespace=request.getfixturevalue("pg_namespace"))
+    yield handle
+    handle.stop()
+
+
 @pytest.fixture
 def agents() -> Iterator[list[AgentHandle]]:
     """Agents to stop at the end of the test (append what you start)."""

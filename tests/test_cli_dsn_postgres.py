@@ -229,7 +229,8 @@ def test_import_stores_each_conversation_once_however_often_it_runs(
 
     first = ok(otpmem("import", *on_pg, document))
     assert first.stdout.startswith(
-        f"imported 4 messages in 2 conversations into schema '{namespace}'"
+        f"stored 4 messages, skipped 0 already there, from 2 conversations into schema "
+        f"'{namespace}'"
     )
     assert schema_exists(postgres_dsn, namespace)  # a write makes its schema
     ok(otpmem("import", document, *on_pg))  # again, the options after FILE

@@ -205,8 +205,8 @@ def test_simulate_data_that_is_a_file_is_refused_in_the_commands_words(tmp_path:
         (["inspect", "MISSING"], "MISSING does not exist"),
         (["inspect", "FILE"], "FILE is a file, not a store's directory"),
         (["search", "EMPTY", "x"], "there is no LevelDB store at 'EMPTY'"),
-        (["inspect", "STORE", "--lst", "3"], "No such option '--lst'. Did you mean '--last'?"),
-        (["inspect"], "Missing argument 'DATA'"),
+        (["inspect", "STORE", "--lst", "3"], "No such option '--lst'. (Did you mean one of:"),
+        (["inspect"], "name the store: DATA (a store's or a run's directory) or --dsn DSN"),
     ],
 )
 def test_wrong_paths_and_arguments_exit_2_and_create_nothing(

@@ -15,7 +15,7 @@ from otpmem import version
 from otpmem.cli import cli
 from tests.cli_support import otpmem
 
-COMMANDS = ["completion", "export", "import", "inspect", "observe", "search", "simulate"]
+COMMANDS = ["completion", "export", "fork", "import", "inspect", "observe", "search", "simulate"]
 
 
 def test_otpmem_alone_prints_help_listing_every_command() -> None:
@@ -46,7 +46,7 @@ def test_every_command_documents_every_argument_and_option(name: str) -> None:
             # Either a value Click shows, or a "[default: ...]" the help text states.
             shown = param.default is not None or "[default: " in (param.help or "")
             assert shown, f"{name} {param.opts[0]} shows no default"
-            if param.default is not None:
+            if param.default is not None and not param.required:
                 assert f"[default: {param.default}" in text, f"{param.opts[0]}: {text}"
 
 

@@ -93,7 +93,9 @@ def test_import_into_an_embedded_postgres_run_appends_there(run_dir: Path, tmp_p
     source = tmp_path / "doc.json"
     source.write_text(json.dumps(document))
 
-    result = otpmem("import", run_dir, source)
+    refused = otpmem("import", run_dir, source)
+    fails_with(refused, 2, f"{run_dir} is a run of otpmem simulate", "--into-run")
+    result = otpmem("import", run_dir, source, "--into-run")
 
     assert result.returncode == 0, str(result)
     shown = otpmem("inspect", run_dir, "imported", "--user", "sim")

@@ -142,7 +142,9 @@ def test_export_all_to_a_file_then_import_round_trips(store_dir: Path, tmp_path:
     fresh = tmp_path / "fresh"
     result = otpmem("import", fresh, exported)
     assert result.returncode == 0, str(result)
-    assert result.stdout == f"imported 8 messages in 4 conversations into {fresh}\n"
+    assert result.stdout == (
+        f"stored 8 messages, skipped 0 already there, from 4 conversations into {fresh}\n"
+    )
 
     again = otpmem("export", fresh, "--all", "--output", "-")
     assert again.returncode == 0, str(again)
@@ -156,7 +158,9 @@ def test_import_reads_stdin_for_dash(store_dir: Path, tmp_path: Path) -> None:
     result = otpmem("import", fresh, "-", stdin=document)
 
     assert result.returncode == 0, str(result)
-    assert result.stdout == f"imported 2 messages in 1 conversation into {fresh}\n"
+    assert result.stdout == (
+        f"stored 2 messages, skipped 0 already there, from 1 conversation into {fresh}\n"
+    )
     assert otpmem("inspect", fresh).stdout.splitlines() == ["bob\tb1\t2 messages", "1 conversation"]
 
 

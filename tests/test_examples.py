@@ -57,12 +57,20 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         ),
         (
             "agents_demo.py",
-            [r"agent 3: 10 turns acknowledged", r"next answer: The sum is 42\."],
+            [
+                r"agent 3: 10 turns acknowledged, 10 answers stored",
+                r"each acknowledged turn stored once: True",
+                r"next answer: The sum is 42\.",
+            ],
         ),
         ("fastapi_app.py", [r"OK: the retried turn was stored once"]),
         (
             "multi_agent_simulation.py",
-            [r"lost: 0, orphaned tool results: 0", r"OK: every acknowledged message was read back"],
+            [
+                r"messages acknowledged: (\d+), stored: \1 ",
+                r"lost: 0, orphaned tool results: 0",
+                r"OK: every acknowledged message was read back, once",
+            ],
         ),
         (
             "team_blocks_demo.py",
@@ -191,6 +199,11 @@ def test_restart_recovery_finds_every_acknowledged_message_after_sigkill(tmp_pat
     found = re.search(r"recovered: (\d+) acknowledged messages, 0 lost", second.stdout)
     assert found is not None, second.stdout
     assert int(found.group(1)) >= 60  # 30 acknowledged turns of two to four messages
+    # What the store holds beyond them is what the turns the kill cut short stored.
+    cut = re.search(r"and (\d+) stored by turns the kill cut short", second.stdout)
+    assert cut is not None, second.stdout
+    stored = sum(int(n) for n in re.findall(r": (\d+) messages stored", second.stdout))
+    assert stored == int(found.group(1)) + int(cut.group(1))
 
 
 def test_make_examples_runs_every_example() -> None:

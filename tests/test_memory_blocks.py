@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +29,10 @@ WAIT = 30.0
 TEAM = Scope("ann", team="alpha")
 
 
-@pytest.fixture(params=["memory", "leveldb", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Each of the three stores, stopped at the end."""
-    if request.param == "memory":
-        handle: Any = MemoryStore.start_link()
-    elif request.param == "leveldb":
-        handle = LevelDBStore.start_link(str(tmp_path / "db"))
-    else:
-        from otpmem.stores.postgres import PostgresStore
-
-        dsn = request.getfixturevalue("postgres_dsn")
-        handle = PostgresStore.start_link(dsn, namespace=request.getfixturevalue("pg_namespace"))
-    yield handle
-    handle.stop()
+@pytest.fixture
+def store(each_store: Any) -> Any:
+    """Each of the three stores (conftest's ``each_store``)."""
+    return each_store
 
 
 def test_the_documented_example(store: Any) -> None:

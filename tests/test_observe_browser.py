@@ -82,7 +82,7 @@ def test_the_page_shows_the_tree_and_a_restart_after_a_fault(tmp_path: Path) -> 
                     expect(page.locator("#events")).to_contain_text("restarted", timeout=WAIT_MS)
 
                     # A process's own state and trace (sys.get_state, sys.trace) on the page.
-                    row = page.locator("#procs tr", has_text="default_store")
+                    row = page.locator("#procs tr", has_text="otpmem.default_store")
                     row.locator("button.pid").click()
                     view = page.locator("#process-view")
                     expect(view).to_be_visible(timeout=WAIT_MS)
@@ -98,6 +98,8 @@ def test_the_page_shows_the_tree_and_a_restart_after_a_fault(tmp_path: Path) -> 
                     assert shot.stat().st_size > 10_000
                     # CSP let the page's own script and style in (and refused nothing else).
                     assert not [m for m in refused if "Content Security Policy" in m], refused
+                    # Nor asked for anything the server has not (the favicon was a 404).
+                    assert not [m for m in refused if "404" in m], refused
                 finally:
                     browser.close()
         finally:

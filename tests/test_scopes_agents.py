@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,10 @@ from otpmem.stores.scopes import MARK
 WAIT = 30.0
 
 
-@pytest.fixture(params=["memory", "leveldb", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Each of the three stores, stopped at the end."""
-    if request.param == "memory":
-        handle: Any = MemoryStore.start_link()
-    elif request.param == "leveldb":
-        handle = LevelDBStore.start_link(str(tmp_path / "db"))
-    else:
-        from otpmem.stores.postgres import PostgresStore
-
-        dsn = request.getfixturevalue("postgres_dsn")
-        handle = PostgresStore.start_link(dsn, namespace=request.getfixturevalue("pg_namespace"))
-    yield handle
-    handle.stop()
+@pytest.fixture
+def store(each_store: Any) -> Any:
+    """Each of the three stores (conftest's ``each_store``)."""
+    return each_store
 
 
 def _answer(total: int) -> Any:

@@ -16,13 +16,13 @@ messages the store does not hold), and another turn would put its own messages b
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from ..actors import Event, current
 from ..messages import Conv
@@ -53,6 +53,10 @@ class Writers:
         """Claim ``key`` for the caller, waiting up to ``timeout`` s (0: do not wait)."""
         process = current()
         me: object = process if process is not None else threading.current_thread()
+        with self._lock:
+            if key not in self._holders:  # free, the common case: no clock, no loop
+                self._take(key, me, process)
+                return True
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -68,11 +72,7 @@ class Writers:
                     del self._holders[key]
                     held = None
                 if held is None:
-                    cleanup = None
-                    if process is not None:
-                        cleanup = functools.partial(self.release, key, me)
-                        process.cleanups.append(cleanup)
-                    self._holders[key] = _Claim(me, cleanup)
+                    self._take(key, me, process)
                     return True
                 remaining = deadline - now
                 if remaining <= 0:
@@ -82,6 +82,14 @@ class Writers:
                 freed = Event()
                 self._waiters.setdefault(key, []).append(freed)
             freed.wait(remaining)
+
+    def _take(self, key: Hashable, me: object, process: Any) -> None:
+        # Under the lock: the claim, and its release at the holder process's exit.
+        cleanup = None
+        if process is not None:
+            cleanup = functools.partial(self.release, key, me)
+            process.cleanups.append(cleanup)
+        self._holders[key] = _Claim(me, cleanup)
 
     def release(self, key: Hashable, holder: object | None = None) -> None:
         """Release ``key`` if ``holder`` (default: the caller) holds it; wake its waiters.
@@ -116,8 +124,10 @@ class Writers:
             del self._holders[key]
             waiters = self._waiters.pop(key, [])
         if held.cleanup is not None:
-            with contextlib.suppress(ValueError):
+            try:  # noqa: SIM105 - contextlib.suppress is three calls more on every turn
                 holder.cleanups.remove(held.cleanup)  # type: ignore[attr-defined]
+            except ValueError:
+                pass  # run (and dropped) at the holder's exit already
         for freed in waiters:
             freed.set()
 

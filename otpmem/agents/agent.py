@@ -30,17 +30,11 @@ from ..actors import (
     split_request,
 )
 from ..guardrails import PolicyViolation
-from ..kernel import Context, MaxToolIterations
-from ..llm import ChatResponse
 from ..memory import CANCELLED
 from ..messages import InvalidMessage, short_repr, validate
 from ..protocols import method_parameters_of
 from ._approval import (
-    awaiting,
     check_approve,
-    decided_result,
-    mark,
-    pending_calls,
     refuse_new_turn,
     refuse_while_suspended,
     resume_point,
@@ -48,6 +42,7 @@ from ._approval import (
 from ._config import ConversationBusy
 from ._handle import IDLE_EXIT, RUN_TIMEOUT, AgentHandle, TurnResult, arrived, departed
 from ._options import AgentConfig, AgentOptions, configure
+from ._rounds import build, run_rounds
 from ._turn import TurnWriter, check_retry, check_turn_id, dangling, messages_from
 from ._writers import writer_key, writers
 from .errors import AgentAlreadyStarted, TurnFailed, TurnIdReused, TurnNotSuspended, TurnSuspended
@@ -62,6 +57,15 @@ _PASSED_THROUGH = (
     TurnNotSuspended,
 )
 """What a turn raises to its caller as it is; anything else is wrapped in TurnFailed."""
+_REQUESTS = {
+    "run": (1, 2),
+    "resume": (2,),
+    "messages": (0,),
+    "add_message": (1,),
+    "clear": (0,),
+    "info": (0,),
+}
+"""The operations ``handle_call`` takes, and how many arguments each."""
 
 
 class Agent(GenServer[AgentHandle]):
@@ -156,14 +160,7 @@ class Agent(GenServer[AgentHandle]):
 
     def handle_call(self, message: Any) -> Any:
         # The door: a tuple of a known operation and its arguments, compared as exact types.
-        requests = {
-            "run": (1, 2),
-            "resume": (2,),
-            "messages": (0,),
-            "add_message": (1,),
-            "clear": (0,),
-        }
-        kind, args = split_request(message, "Agent", {**requests, "info": (0,)})
+        kind, args = split_request(message, "Agent", _REQUESTS)
         provider, conv = self.config.provider, self.config.conv
         self.last_call = time.monotonic()
         if kind == "run":
@@ -292,14 +289,14 @@ class Agent(GenServer[AgentHandle]):
             history.extend(added)
             # The first call is built (and checked) before the user message is stored: a
             # guardrail that refuses the turn leaves nothing a later turn would send.
-            first = self._build(history, [])
+            first = build(config, history, [])
             writer.store(added)
         else:
             healed = check_retry(earlier, text, turn_id)
             assert provider is not None  # earlier() found the turn in the provider's store
             history = provider.history(conv)  # the newest messages: the turn's own among them
             added = list(earlier)
-        return self._rounds(writer, meta, history, added, healed, first, None)
+        return run_rounds(config, writer, meta, history, added, healed, first, None)
 
     def _continue(
         self, meta: dict[str, Any], turn_id: str, approve: bool | dict[str, bool]
@@ -310,91 +307,7 @@ class Agent(GenServer[AgentHandle]):
         earlier, healed, decided = resume_point(writer, approve)
         assert config.provider is not None  # the turn was found in the provider's store
         history = config.provider.history(config.conv)
-        return self._rounds(writer, meta, history, earlier, healed, None, decided)
-
-    def _rounds(
-        self,
-        writer: TurnWriter,
-        meta: dict[str, Any],
-        history: list[Any],
-        added: list[dict[str, Any]],
-        healed: list[str],
-        first: tuple[list[Any], str | None] | None,
-        decided: dict[str, bool] | None,
-    ) -> TurnResult:
-        """The tool loop from what the turn has stored (``added``) to its answer, or to a
-        round that awaits a human's approval (``decided``: that round's decisions)."""
-        config = self.config
-        conv, kernel, turn_id = config.conv, config.kernel, writer.turn_id
-        context = Context(conversation_id=conv, vars={"turn_id": turn_id})  # keys edits
-        iterations = sum(1 for m in added if m.get("role") == "assistant")
-        calls = sum(1 for m in added if m.get("role") == "tool") - len(healed)
-        response: ChatResponse | None = None
-        while True:
-            last = added[-1]
-            if last.get("role") == "assistant" and last.get("tool_calls"):
-                point = awaiting(last)
-                if point is not None and decided is None:
-                    if response is None:  # suspended by an earlier attempt: as stored
-                        response = ChatResponse(last.get("content"), tuple(last["tool_calls"]))
-                    pending = pending_calls(last, point[1])
-                    return TurnResult(
-                        None, added, response, iterations, calls, healed, turn_id, pending
-                    )
-                results = []
-                for call in last["tool_calls"]:
-                    config.callbacks.fire("on_tool_call", meta, call)
-                    result = decided_result(kernel, call, context, decided)
-                    config.callbacks.fire("on_tool_result", meta, result)
-                    results.append(result)
-                decided = None  # for this round only: a later one waits for its own resume
-                calls += len(results)
-                self._store(writer, results, history, added)
-                continue
-            answered = response is not None and not response.tool_calls  # empty: not stored
-            if last.get("role") == "assistant" or answered:
-                if response is None:  # finished by an earlier attempt: answer from the store
-                    response = ChatResponse(content=last.get("content"))
-                return TurnResult(
-                    response.content, added, response, iterations, calls, healed, turn_id
-                )
-            if iterations >= kernel.max_tool_iterations:
-                raise TurnFailed(str(MaxToolIterations(kernel.max_tool_iterations, calls)))
-            iterations += 1
-            # Guardrails are checked before every model call: a refusal mid-turn ends the
-            # turn like a failed model call (what it stored is a valid history).
-            to_send, system_prompt = first or self._build(history, added)
-            first = None
-            config.callbacks.fire("on_model_call", meta, to_send)
-            response, context = kernel.chat(to_send, context, system_prompt)
-            config.callbacks.fire("on_model_result", meta, response)
-            if response.content is not None or response.tool_calls:
-                message = response.to_message()
-                asking = kernel.awaiting_approval(response.tool_calls)
-                if asking:  # stored as suspended, in the same write as the calls
-                    mark(message, turn_id, asking)
-                self._store(writer, [message], history, added)
-            config.sending.settle()  # the answer's usage is recorded: its hold goes
-
-    def _build(
-        self, history: list[Any], stored: list[dict[str, Any]]
-    ) -> tuple[list[Any], str | None]:
-        try:
-            return self.config.sending.build(history)
-        except PolicyViolation as violation:
-            violation.stored = list(stored)  # what the refused turn leaves in the store
-            raise
-
-    @staticmethod
-    def _store(
-        writer: TurnWriter,
-        messages: list[dict[str, Any]],
-        history: list[Any],
-        added: list[dict[str, Any]],
-    ) -> None:
-        writer.store(messages)
-        history.extend(messages)
-        added.extend(messages)
+        return run_rounds(config, writer, meta, history, earlier, healed, None, decided)
 
 
 __all__ = ["RUN_TIMEOUT", "Agent", "AgentHandle", "TurnResult"]

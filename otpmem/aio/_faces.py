@@ -78,9 +78,15 @@ class AsyncStore(AsyncFace[ChatMemory]):
         """Append ``messages``; returns once they are stored (see ``ChatMemory.add``)."""
         await self._run("add", conv, messages, idempotency_key, follows=follows)
 
-    async def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
-        """The conversation oldest first; ``last=n``: only the newest n."""
-        result: list[dict[str, Any]] = await self._run("get", conv, last)
+    async def get(
+        self, conv: ConvLike, last: int | None = None, as_of: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation oldest first; ``last=n``: only the newest n; ``as_of=n``: as it
+        was after its n-th message (a store that takes ``as_of``: a ``ForkStore``)."""
+        if as_of is None:  # a ChatMemory that knows no as_of is still awaited as it is
+            result: list[dict[str, Any]] = await self._run("get", conv, last)
+        else:
+            result = await self._run("get", conv, last, as_of)
         return result
 
     async def window(self, conv: ConvLike, last: int) -> StoredWindow:

@@ -9,6 +9,7 @@
     otpmem export run (CONV [--user U] | --user U | --all) [-o FILE]
     otpmem import run FILE            (FILE may be -, stdin)
     otpmem search run QUERY [--user U] [--conv CONV] [--limit N]
+    otpmem fork SOURCE INTO [--at N] [--user U] [--key K] --dir run
     otpmem observe --attach run|DSN [--port P] [--json]
     otpmem completion bash|zsh|fish
 
@@ -27,6 +28,7 @@ import click
 from .. import version
 from .completion import completion
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, say
+from .fork_command import fork
 from .import_command import import_
 from .observe_command import observe
 from .read_commands import export, inspect, search
@@ -52,6 +54,7 @@ cli.add_command(inspect)
 cli.add_command(export)
 cli.add_command(import_, name="import")
 cli.add_command(search)
+cli.add_command(fork)
 cli.add_command(observe)
 cli.add_command(completion)
 

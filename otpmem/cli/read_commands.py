@@ -1,5 +1,10 @@
 """``otpmem inspect``, ``export`` and ``search``: read a store, write nothing to it.
 
+One exit rule for the three: what a command line names must be in the store, or it exits
+2 with one line saying so: a conversation (CONV, ``--conv``), a user (``--user``: one that
+holds no conversation). An empty answer about what is there (``0 hits``, the listing of an
+empty store) is an answer: exit 0.
+
 Each opens a snapshot of the store (see ``otpmem.stores.leveldb.files``), so its directory keeps
 every file name and byte it had, and a store another process holds is refused at once. With
 ``--dsn`` it reads a PostgreSQL schema, opened read-only (see ``store_access``).
@@ -56,6 +61,19 @@ def _existing(store: ReadStore, conv: Conv) -> Conv:
     return conv
 
 
+def _existing_user(store: ReadStore, user: str | None) -> None:
+    """Refuse a ``--user`` that holds no conversation, naming the users there are."""
+    if user is None or store.conversations(user):
+        return
+    users = store.users()
+    if users:
+        shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+        held = f"this store's users: {shown}"
+    else:
+        held = "this store holds no user's conversation"
+    raise CommandError(f"no conversations for user {user!r}; {held}")
+
+
 @click.command(cls=StoreCommand, epilog=READ_ONLY)
 @data_argument()
 @click.argument(
@@ -99,6 +117,7 @@ def inspect(
         raise CommandError("--last needs a CONV: the newest N messages of which conversation?")
     with reading(data, dsn, namespace) as store:
         if conversation is None:
+            _existing_user(store, user)
             convs = store.conversations(user)
             rows(
                 ("USER", "CONVERSATION", "MESSAGES"),
@@ -166,6 +185,8 @@ def export(
             "--user USER (all of that user's conversations), or --all (everything)"
         )
     with reading(data, dsn, namespace) as store:
+        if conversation is None:
+            _existing_user(store, user)
         conv = None if conversation is None else _existing(store, Conv(user, conversation))
         document = store.export(conv, None if conv else user, all_users)
     write_text(output, json.dumps(document, ensure_ascii=False, indent=1) + "\n")
@@ -209,6 +230,8 @@ def search(
     if not query:
         raise CommandError("QUERY must not be empty")
     with reading(data, dsn, namespace) as store:
+        if conv is None:
+            _existing_user(store, user)
         scope = None if conv is None else _existing(store, Conv(user, conv))
         hits = store.search(query, user, scope, limit)
         users = store.users() if not hits and user is None and conv is None else []

@@ -82,7 +82,7 @@ class OtpmemStore(BaseStore):
         self.store: Any = store
         self.user_id = user_id
         self.tenant_index = tenant_index
-        self.fields = list(fields)
+        self.fields = _check_fields(fields, "fields")
         self.max_items = max_items
         self.timeout = timeout
         self._owns_index = index is None
@@ -151,13 +151,19 @@ class OtpmemStore(BaseStore):
         if op.value is None:
             self.store.delete_fact(tenant, key)
             return
-        if not isinstance(op.value, dict):
-            raise TypeError(f"a LangGraph item's value is a dict, got {short_repr(op.value)}")
+        if not isinstance(op.value, Mapping):
+            raise TypeError(
+                f"put({op.key!r}): a LangGraph item's value is a dict, got "
+                f"{type(op.value).__name__} {short_repr(op.value)}"
+            )
+        index = (
+            op.index if op.index is None or op.index is False else _check_fields(op.index, "index")
+        )
         # The rules of a message's metadata (NaN, nesting, JSON types), as in every store.
-        checked = thaw(freeze_value(op.value, "value"))
+        checked = thaw(freeze_value(dict(op.value), "value"))
         value = json.dumps(checked, sort_keys=True, separators=(",", ":"), allow_nan=False)
         saved = self.store.save_fact(Fact(tenant, key, value), max_facts=self.max_items)
-        fields = self.fields if op.index is None else op.index
+        fields = self.fields if index is None else index
         if fields is False or not fields:
             return
         texts = [t for path in fields for t in get_text_at_path(op.value, path)]
@@ -177,6 +183,11 @@ class OtpmemStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         _check_path(prefix)
         tenant = self._tenant(prefix)
+        if op.filter is not None and not isinstance(op.filter, Mapping):
+            raise TypeError(
+                f"search filter is a dict of field -> value, got "
+                f"{type(op.filter).__name__} {short_repr(op.filter)}"
+            )
         wanted = None if op.filter is None else thaw(freeze_value(dict(op.filter), "filter"))
         items = {
             path: entry
@@ -253,6 +264,18 @@ def _check_path(namespace: Any, key: object = "") -> None:
         raise TypeError(f"a namespace is a tuple of non-empty str, got {short_repr(namespace)}")
     if type(key) is not str:
         raise TypeError(f"an item key is a str, got {short_repr(key)}")
+
+
+def _check_fields(fields: object, name: str) -> list[str]:
+    """Index fields are a list of str paths (``TypeError`` naming ``name``: a bare str is
+    one path, not its letters)."""
+    if isinstance(fields, str) or not isinstance(fields, Sequence):
+        raise TypeError(
+            f"{name} is a list of field paths such as ['text'], got {short_repr(fields)}"
+        )
+    if not all(isinstance(f, str) for f in fields):
+        raise TypeError(f"{name} is a list of str field paths, got {short_repr(fields)}")
+    return list(fields)
 
 
 def _fact_key(namespace: tuple[str, ...], key: str) -> str:

@@ -129,7 +129,10 @@ class ScriptedModel:
         response = as_response(reply)
         if self.usage and response.usage is None:
             prompt = sum(map(estimate_tokens, sent))
-            completion = estimate_tokens(response.to_message())
+            # The answer's own fields, not to_message(): that would normalise a usage the
+            # answer has none of yet, a second accounting of the call.
+            answer = {"content": response.content, "tool_calls": response.tool_calls}
+            completion = estimate_tokens(answer)
             usage = {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,

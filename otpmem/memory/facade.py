@@ -175,9 +175,11 @@ def _kind(kind: object) -> tuple[type[Memory], str]:
                 f"memory class {kind!r} has base_kind {cls.base_kind!r}, not a memory kind"
             )
         return cls, base
+    external = ", ".join(sorted(set(EXTERNAL_STORES) - set(KINDS)))
     raise InvalidMemoryType(
         f"unknown memory kind {kind!r}; choose one of {', '.join(sorted(KINDS))}, or give a "
-        "full class path (package.module.Class)"
+        f"full class path (package.module.Class); the vector databases {external} are "
+        "refused (InvalidConfiguration): use 'vector'"
     )
 
 

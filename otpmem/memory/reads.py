@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..messages import Conv, is_pinned
+from ..messages import Conv, split_pinned
 from ..stores import ChatMemory
 from .pipeline import Pipeline
 from .prepare_context import NO_OPTIONS, CallOptions
@@ -63,9 +63,8 @@ def read_for(
             return History(stored.tail)
         offset = stored.start - stored.pinned_before
         pinned = [m for _, m in stored.pinned]
-        unpinned: list[dict[str, Any]] = []
-        for message in stored.tail:  # one pass: a turn does this every time
-            (pinned if is_pinned(message) else unpinned).append(message)
+        in_tail, unpinned, _, _ = split_pinned(stored.tail)  # one pass, every turn
+        pinned += in_tail
         if (
             unpinned
             and unpinned[0].get("role") != "tool"

@@ -8,14 +8,16 @@ true by construction: windows drop orphaned results, truncation moves whole tool
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 # The rule lives with messages: stores index pinned messages by it.
 from ..messages import is_pinned as is_pinned
-from ..messages import is_summary
+from ..messages import is_summary, split_pinned
 
 Message = Mapping[str, Any]
+_get: Callable[..., Any] = dict.get  # unbound: map(_get, dicts, repeat(key)) runs in C
 
 CANCELLED = json.dumps(
     {"error": {"type": "cancelled", "message": "the turn that made this call ended before it ran"}}
@@ -52,19 +54,15 @@ def safe_window(messages: Sequence[Message], n: int) -> list[Any]:
     kept: it supersedes the others, as in the stores' pinned index."""
     if type(n) is not int or n < 0:
         raise ValueError(f"window size must be an int >= 0, got {n!r}")
-    pinned: list[Any] = []
-    body: list[Any] = []
-    summaries = 0
-    for message in messages:  # one pass: a windowed provider runs this every turn
-        if is_pinned(message):
-            pinned.append(message)
-            summaries += is_summary(message)
-        else:
-            body.append(message)
+    # One pass: a windowed provider runs this every turn.
+    pinned, body, summaries, after_tool = split_pinned(messages)
     if summaries > 1:
         newest = next(m for m in reversed(pinned) if is_summary(m))
         pinned = [m for m in pinned if m is newest or not is_summary(m)]
-    return pinned + drop_orphans(body[len(body) - n :] if len(body) > n else body)
+    cut = len(body) - n if len(body) > n else 0
+    if after_tool <= cut:  # no tool result in the window: none can be an orphan
+        return pinned + body[cut:]
+    return pinned + drop_orphans(body[cut:])
 
 
 def units(messages: Sequence[Message]) -> list[list[Any]]:
@@ -98,6 +96,13 @@ def valid_context(messages: Sequence[Message]) -> list[Any]:
     call (its call cleared, or cut by a window) is dropped, as is a second result for one
     call. Everything that is not tool traffic is kept, in order. Linear in the messages.
     """
+    try:  # no tool traffic, the common case, is valid as it is: found by scans in C
+        if "tool" not in map(_get, messages, repeat("role")) and not any(
+            map(_get, messages, repeat("tool_calls"))
+        ):
+            return list(messages)
+    except TypeError:
+        pass  # a Mapping that is not a dict: the general pass answers
     repaired: list[Any] = []
     i, n = 0, len(messages)
     while i < n:

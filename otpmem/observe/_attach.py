@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ._publish import STATUS_FILE, STATUS_FORMAT, STATUS_TABLE
+from ._sampler import Sampler
 
 logger = logging.getLogger("otpmem.observe")
 
@@ -111,8 +111,10 @@ def merge(documents: list[dict[str, Any]], now: float) -> dict[str, Any]:
     return merged
 
 
-class Attached:
+class Attached(Sampler):
     """The observer of a node in another process (``attach``); read-only, like its page."""
+
+    thread_name = "otpmem-attached"
 
     def __init__(self, target: str | Path, namespace: str | None = None) -> None:
         text = str(target)
@@ -137,8 +139,7 @@ class Attached:
             self.namespace = ""
             self.source = str(path)
         self._latest: dict[str, Any] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self._conn: Any = None
 
     # -- reading ---------------------------------------------------------------------------
@@ -251,21 +252,8 @@ class Attached:
     # -- in the background -----------------------------------------------------------------
 
     def start(self, interval: float = 1.0) -> Attached:
-        """Read every ``interval`` s on a thread of its own."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, args=(interval,), name="otpmem-attached", daemon=True
-            )
-            self._thread.start()
-        return self
-
-    def _loop(self, interval: float) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception:
-                logger.exception("attached observer: a sample failed")
-            self._stop.wait(interval)
+        """Sample every ``interval`` s on a thread of the observer's own."""
+        return super().start(interval)
 
     def _close_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -274,9 +262,7 @@ class Attached:
 
     def close(self) -> None:
         """Stop reading."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10.0)
+        self.stop_sampling(10.0)
         self._close_connection()
 
     def __enter__(self) -> Attached:

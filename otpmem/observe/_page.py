@@ -4,11 +4,19 @@ Everything the node reports is put in the page with ``textContent``, never as HT
 process or conversation name cannot inject markup.
 """
 
+FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    b'<circle cx="8" cy="8" r="7" fill="#1d2430"/><circle cx="8" cy="8" r="3" fill="#5fd38d"/>'
+    b"</svg>"
+)
+"""The page's icon (a browser asks for /favicon.ico whatever the page says)."""
+
 PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>otpmem observer</title>
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; background: #f6f7f9; color: #1d2430; }
   header { background: #1d2430; color: #fff; padding: 10px 18px; display: flex; gap: 24px;

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ._http import HttpServer, Request, Response
 from ._meter import TurnMeter
-from ._page import PAGE
+from ._page import FAVICON, PAGE
 from ._source import Observer
 
 logger = logging.getLogger("otpmem.observe")
@@ -111,6 +111,8 @@ class _Site:
             return response
         if path in ("/", "/index.html"):
             return Response(HTTPStatus.OK, "text/html; charset=utf-8", PAGE.encode())
+        if path == "/favicon.ico":  # asked for by every browser: a 404 in its console
+            return Response(HTTPStatus.OK, "image/svg+xml", FAVICON)
         if path == "/api/snapshot":
             return _json(self.source.latest())
         found = _PROCESS.match(path)

@@ -16,7 +16,6 @@ What it reads, and how, so that watching never changes what is watched:
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections import Counter, deque
@@ -30,6 +29,7 @@ from ..reprs import short_repr
 from ..stores import ChatMemory, StoreError
 from ..supervisors import Supervisor, SupervisorEvent, SupervisorHandle
 from ._meter import TurnMeter
+from ._sampler import Sampler
 
 CALL_TIMEOUT = 1.0
 EVENTS_KEPT = 200
@@ -57,10 +57,29 @@ def state_of(process: Process) -> str:
     return "idle"
 
 
-def _process_row(process: Process) -> dict[str, Any]:
+def _labels(tree: list[dict[str, Any]]) -> dict[str, str]:
+    """pid -> the label the tree shows for it: an unnamed supervisor's child id
+    (``default_store``), where its pid alone would say nothing."""
+    labels: dict[str, str] = {}
+    todo = list(tree)
+    while todo:
+        node = todo.pop()
+        if node.get("pid") and node.get("label"):
+            labels[node["pid"]] = node["label"]
+        todo.extend(node.get("children", ()))
+    return labels
+
+
+def _labelled(event: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    """The event, its supervisor named as the tree names it (not ``<0.2.0>``)."""
+    label = labels.get(event["supervisor"])
+    return event if label is None else {**event, "supervisor": label}
+
+
+def _process_row(process: Process, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "pid": repr(process.pid),
-        "name": process.name,
+        "name": process.name or (labels or {}).get(repr(process.pid)),
         "type": type(process.server).__name__,
         "state": state_of(process),
         "mailbox": len(process.mailbox),
@@ -68,7 +87,7 @@ def _process_row(process: Process) -> dict[str, Any]:
     }
 
 
-class Observer:
+class Observer(Sampler):
     """Snapshots of the running node for the web page, the terminal view and Prometheus::
 
     observer = Observer()          # every supervision tree of the node
@@ -86,23 +105,27 @@ class Observer:
         self._events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
         self._event_counts: Counter[tuple[str, str]] = Counter()  # (supervisor, kind)
         self._restarts: Counter[tuple[str, str]] = Counter()  # (supervisor, child id)
+        # A dynamic supervisor's children have no id: each restart is carried from the pid
+        # that exited to the one that replaced it.
+        self._restarts_of_pid: dict[str, int] = {}
+        self._exited: dict[str, str] = {}  # supervisor -> the pid of its child that exited
         self._subscribed: dict[Any, SupervisorHandle] = {}  # pid -> handle
         self._store_rates: dict[str, tuple[float, int]] = {}
         self._latest: dict[str, Any] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     # -- events -----------------------------------------------------------------------------
 
     def _on_event(self, event: SupervisorEvent) -> None:
         # On the supervisor's thread: append and count, nothing that could wait.
         child = None if event.child_id is None else label_of(event.child_id)
+        pid = None if event.pid is None else repr(event.pid)
         row = {
             "t": time.time(),
             "kind": event.kind,
             "supervisor": event.supervisor,
             "child": child,
-            "pid": None if event.pid is None else repr(event.pid),
+            "pid": pid,
             "reason": None if event.reason is None else short_repr(event.reason),
         }
         with self._lock:
@@ -110,6 +133,13 @@ class Observer:
             self._event_counts[(event.supervisor, event.kind)] += 1
             if event.kind == "restarted":
                 self._restarts[(event.supervisor, child or "")] += 1
+            if child is None and pid is not None:
+                if event.kind == "exited":
+                    self._exited[event.supervisor] = pid
+                elif event.kind == "restarted":
+                    before = self._exited.pop(event.supervisor, None)
+                    carried = self._restarts_of_pid.pop(before, 0) if before else 0
+                    self._restarts_of_pid[pid] = carried + 1
 
     def _subscribe(self, handle: SupervisorHandle, pid: Any) -> None:
         if pid in self._subscribed:
@@ -163,6 +193,7 @@ class Observer:
         with self._lock:
             node["restarts"] = self._event_counts[(name, "restarted")]
             restarts = dict(self._restarts)
+            of_pid = dict(self._restarts_of_pid)
         node["more_children"] = max(0, len(children) - CHILDREN_SHOWN)
         for info in children[:CHILDREN_SHOWN]:
             child_id = "" if info.id is None else label_of(info.id)
@@ -180,7 +211,9 @@ class Observer:
                 "type": type(child.server).__name__ if child is not None else None,
                 "pid": None if info.pid is None else repr(info.pid),
                 "status": info.status,
-                "restarts": restarts.get((name, child_id), 0) if child_id else 0,
+                "restarts": restarts.get((name, child_id), 0)
+                if child_id
+                else of_pid.get(repr(info.pid), 0),
             }
             if child is not None:
                 row.update(state=state_of(child), mailbox=len(child.mailbox))
@@ -217,7 +250,10 @@ class Observer:
                     row["writes_per_s"] = round(max(rate, 0.0), 1)
             committer = getattr(process.server, "committer", None)
             if committer is not None:
+                # Synced writes: the committer's groups and the plain threads' own batches
+                # (LevelDB's writer queue may share one fsync among those; none is missed).
                 fsyncs = int(getattr(committer, "groups", 0))
+                fsyncs += int(getattr(committer, "direct_writes", 0))
                 writes = int(getattr(committer, "writes", 0))
                 row.update(fsyncs=fsyncs, writes=writes)
                 row["writes_per_fsync"] = round(writes / fsyncs, 2) if fsyncs else None
@@ -234,9 +270,13 @@ class Observer:
         tree = [self._supervisor_node(r, r.name or r.pid, by_pid) for r in self._roots(processes)]
         busiest = sorted(processes, key=lambda p: (-len(p.mailbox), p.pid))[:PROCESSES_SHOWN]
         agents = [p for p in processes if p.kind == "agent"]
+        labels = _labels(tree)
+        live = {repr(p) for p in by_pid}
         with self._lock:
-            events = list(reversed(self._events))
+            events = [_labelled(e, labels) for e in reversed(self._events)]
             restarts_total = sum(self._restarts.values())
+            for pid in [p for p in self._restarts_of_pid if p not in live]:
+                del self._restarts_of_pid[pid]
         snapshot = {
             "taken_at": now,
             "uptime_s": round(now - self.started, 1),
@@ -246,7 +286,7 @@ class Observer:
                 "mailbox_total": sum(len(p.mailbox) for p in processes),
             },
             "tree": tree,
-            "processes": [_process_row(p) for p in busiest],
+            "processes": [_process_row(p, labels) for p in busiest],
             "stores": self._stores(processes, now),
             "agents": {"running": len(agents), **_without_buckets(self.meter.stats())},
             "events": events,
@@ -307,26 +347,11 @@ class Observer:
 
     def start(self, interval: float = 0.5) -> Observer:
         """Sample every ``interval`` s on a thread of the observer's own."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, args=(interval,), name="otpmem-observer", daemon=True
-            )
-            self._thread.start()
-        return self
-
-    def _loop(self, interval: float) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception:  # an observer must outlive what it watches
-                logging.getLogger("otpmem.observe").exception("observer: a sample failed")
-            self._stop.wait(interval)
+        return super().start(interval)
 
     def close(self) -> None:
         """Stop sampling and unsubscribe from every supervisor still running."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
+        self.stop_sampling(5.0)
         for handle in list(self._subscribed.values()):
             if handle.alive:
                 # One that exited meanwhile has nothing left to unsubscribe from.

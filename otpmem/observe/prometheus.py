@@ -17,7 +17,7 @@ Names (every one read from the observer's newest snapshot at scrape time):
 ``otpmem_supervisor_children``              gauge      children listed, by ``supervisor``
 ``otpmem_store_conversations``              gauge      conversations, by ``store``
 ``otpmem_store_messages``                   gauge      messages, by ``store``
-``otpmem_store_fsyncs_total``               counter    LevelDB group commits (one fsync each)
+``otpmem_store_fsyncs_total``               counter    LevelDB synced writes (groups and direct)
 ``otpmem_store_writes_total``               counter    LevelDB writes committed
 ``otpmem_agents``                           gauge      agents running
 ``otpmem_agent_turns_total``                counter    turns finished (``TurnMeter``)
@@ -112,7 +112,7 @@ class ObserverCollector(Collector):
                 "otpmem_store_messages", "Messages held.", labels=["store"]
             ),
             "fsyncs": CounterMetricFamily(
-                "otpmem_store_fsyncs", "Group commits (one fsync each).", labels=["store"]
+                "otpmem_store_fsyncs", "Synced writes (groups and direct).", labels=["store"]
             ),
             "writes": CounterMetricFamily(
                 "otpmem_store_writes", "Writes committed.", labels=["store"]

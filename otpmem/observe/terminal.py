@@ -9,7 +9,10 @@ watch(observer, stop_event)                     # live, until stop_event is set
 
 from __future__ import annotations
 
+import math
+import os
 import threading
+import time
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -118,21 +121,66 @@ def render(snapshot: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
+LOG_WIDTH = 200
+"""Columns of a frame written to a file or a pipe (no terminal to fit: cut at nothing)."""
+
+
 def watch(
     observer: Observer,
     stop: threading.Event,
     console: Console | None = None,
     interval: float = 0.5,
+    log_interval: float = 5.0,
 ) -> None:
     """Redraw the observer's newest snapshot every ``interval`` s until ``stop`` is set.
 
     The last frame stays as drawn: by the time ``stop`` is set, what was watched may be
-    gone, and the view ends on the node as it last ran.
+    gone, and the view ends on the node as it last ran. Without a terminal (a log, a
+    pipe) nothing can be redrawn: a whole frame is written every ``log_interval`` s, each
+    after a line that dates it, and the last one when ``stop`` is set.
     """
-    console = console or Console(stderr=True)
+    console = console or _stderr_console()
     try:
+        if not console.is_terminal:
+            _log_frames(observer, stop, console, interval, log_interval)
+            return
         with Live(render(observer.sample()), console=console, auto_refresh=False) as live:
             while not stop.wait(interval):
                 live.update(render(observer.sample()), refresh=True)
     finally:
         observer.close()
+
+
+def _log_frames(
+    observer: Observer,
+    stop: threading.Event,
+    console: Console,
+    interval: float,
+    log_interval: float,
+) -> None:
+    # Sampled as often as on a terminal, printed every log_interval: the last frame is the
+    # node's last sample before the stop, not the empty one after it.
+    snapshot = observer.sample()
+    printed: dict[str, Any] | None = None
+    last = -math.inf
+    while True:
+        if time.monotonic() - last >= log_interval:
+            _print_frame(console, snapshot)
+            printed, last = snapshot, time.monotonic()
+        if stop.wait(interval):
+            break
+        snapshot = observer.sample()
+    if snapshot is not printed:
+        _print_frame(console, snapshot)
+
+
+def _print_frame(console: Console, snapshot: dict[str, Any]) -> None:
+    console.print(Text(f"-- otpmem observer, up {snapshot['uptime_s']} s --"))
+    console.print(render(snapshot))
+
+
+def _stderr_console() -> Console:
+    console = Console(stderr=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=True, width=LOG_WIDTH)
+    return console

@@ -14,6 +14,8 @@ from ._base import (
     STORE_PERIOD,
     ChatMemory,
     ConversationCleared,
+    ConversationExists,
+    ForkStore,
     LeaseLost,
     SearchHit,
     StoreCorrupt,
@@ -22,7 +24,7 @@ from ._base import (
     StoreLocked,
     StoreUnavailable,
 )
-from ._documents import parse_import
+from ._documents import import_key, parse_import
 from .default import DEFAULT_STORE_NAME, default_store
 from .leveldb import LevelDBStore, LevelDBStoreHandle
 from .longterm import (
@@ -67,10 +69,12 @@ __all__ = [
     "STORE_PERIOD",
     "ChatMemory",
     "ConversationCleared",
+    "ConversationExists",
     "CursorMoved",
     "Fact",
     "FactLimitReached",
     "FactStamps",
+    "ForkStore",
     "Hold",
     "LeaseLost",
     "LevelDBStore",
@@ -95,6 +99,7 @@ __all__ = [
     "Usage",
     "Who",
     "default_store",
+    "import_key",
     "parse_import",
     "scope_usage",
     "usage_of",

@@ -57,6 +57,11 @@ class LeaseLost(StoreError):
     it since), so nothing was stored: the conversation is another writer's now."""
 
 
+class ConversationExists(StoreError, ValueError):
+    """A fork's target conversation already holds messages (or another fork's retry key
+    names a batch that was no fork), so nothing was written: fork into a new one."""
+
+
 class ConversationCleared(StoreError):
     """A write that continues an earlier batch (``follows=key``) found that batch gone: the
     conversation was cleared (or its user forgotten) since, so nothing was stored."""
@@ -131,6 +136,39 @@ class ChatMemory(Protocol):
         """Where the batch stored with ``idempotency_key`` begins, or None if none is."""
 
 
+@runtime_checkable
+class ForkStore(ChatMemory, Protocol):
+    """A ``ChatMemory`` that forks conversations and reads them as they were (every otpmem
+    store): a branch of a scenario at any point, a rewind for a recovery demo::
+
+        store.fork(Conv("ann", "c1"), Conv("ann", "c1-b"), at=4)  # the first 4 messages
+        store.get(Conv("ann", "c1"), as_of=4) == store.get(Conv("ann", "c1-b"))
+
+    A separate contract, as ``LongTermStore`` is: a store wrapper that only reads and
+    appends (a provider's spy, a counting store) stays a ``ChatMemory`` without forking.
+    ``ForkConformance`` in ``otpmem.stores.testing`` checks a store.
+    """
+
+    def get(
+        self, conv: ConvLike, last: int | None = None, as_of: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation oldest first; ``as_of=n``: as it was after its n-th message (its
+        first n; ``last`` then counts back from there), read in O(n) or better."""
+
+    def fork(
+        self,
+        conv: ConvLike,
+        into: ConvLike,
+        *,
+        at: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Copy the first ``at`` messages of ``conv`` (None: all) into the new conversation
+        ``into`` of the same user, in one write; how many were copied. ``into`` holding
+        anything is ``ConversationExists``; a retry with its ``idempotency_key`` forks once
+        and returns what the first call did. The copy records no usage of its own."""
+
+
 @dataclass(frozen=True)
 class SearchHit:
     """One message that matched a search: where it is and how well it matched (``score``:
@@ -149,6 +187,15 @@ def check_last(last: object) -> int | None:
     if type(last) is not int or last < 0:
         raise ValueError(f"last must be None or an int >= 0, got {short_repr(last)}")
     return last
+
+
+def check_as_of(as_of: object) -> int | None:
+    """Return ``as_of`` if it is None or an int >= 0, else raise ``ValueError``."""
+    if as_of is None:
+        return None
+    if type(as_of) is not int or as_of < 0:
+        raise ValueError(f"as_of must be None or an int >= 0, got {short_repr(as_of)}")
+    return as_of
 
 
 def check_key(key: object, what: str = "idempotency_key") -> str | None:

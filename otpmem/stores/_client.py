@@ -19,6 +19,7 @@ from ..messages import (
 )
 from ._base import SearchHit, StoreError, check_key
 from ._documents import export_document, import_key, parse_import, rank_matches, search_scope
+from ._fork import check_fork
 from ._longterm_client import LONGTERM_ARITIES, parse_longterm
 from .ranking import attached as attached_index
 
@@ -35,7 +36,8 @@ class StoreClient:
 
     A store's handle mixes this in before ``Handle`` and provides ``get`` and
     ``conversations``; its server answers ``("add", conv, batch, key, follows)``,
-    ``("clear", conv)``, ``("forget_user", user_id)`` and ``("import", entries)``.
+    ``("fork", conv, into, at, key)``, ``("clear", conv)``, ``("forget_user", user_id)``
+    and ``("import", entries)``.
     """
 
     __slots__ = ()
@@ -44,7 +46,9 @@ class StoreClient:
 
         def call(self, message: Any, timeout: float | None = 5.0) -> Any: ...
 
-    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
+    def get(
+        self, conv: ConvLike, last: int | None = None, as_of: int | None = None
+    ) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def conversations(self, user_id: str | None = None) -> list[Conv]:
@@ -85,6 +89,28 @@ class StoreClient:
             self.call(("add", conv, batch), timeout)
         else:
             self.call(("add", *add), timeout)
+
+    def fork(
+        self,
+        conv: ConvLike,
+        into: ConvLike,
+        *,
+        at: int | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> int:
+        """Copy the first ``at`` messages of ``conv`` (None: all of them) into ``into``, a
+        new conversation of the same user, in one write; return how many were copied.
+
+        ``into`` must hold nothing (else ``ConversationExists``, and nothing is written);
+        another user's ``into`` is a ``ValueError`` naming both. The messages are stored as
+        if added (the pinned index and the newest summary follow the add rules), but the
+        fork records no usage of its own: what they spent stays the source's. With
+        ``idempotency_key``, a retried fork is applied once and returns what the first
+        call returned.
+        """
+        forked: int = self.call(("fork", *check_fork(conv, into, at, idempotency_key)), timeout)
+        return forked
 
     def clear(self, conv: ConvLike, timeout: float | None = 30.0) -> None:
         """Delete the conversation."""
@@ -171,6 +197,7 @@ class StoreClient:
 
 REQUESTS: dict[str, tuple[int, ...]] = {
     "add": (2, 4),
+    "fork": (4,),
     "clear": (1,),
     "forget_user": (1,),
     "import": (1,),
@@ -188,8 +215,9 @@ def parse_request(
     is the server's own check, so a raw ``call`` with garbage gets an error back and never
     crashes the store or touches data. ``requests``: ``REQUESTS`` and the store's own
     requests of no argument (``"flush"``), which return as ``(kind, None)``. An ``add``
-    normalises to ``(conv, batch, key, follows)``, an ``import`` to a list of ``(conv,
-    batch, key)``, a long-term request as ``parse_longterm`` has it.
+    normalises to ``(conv, batch, key, follows)``, a ``fork`` to a ``CheckedFork``, an
+    ``import`` to a list of ``(conv, batch, key)``, a long-term request as
+    ``parse_longterm`` has it.
     """
     kind, args = split_request(message, store, requests)
     if kind in LONGTERM_ARITIES:
@@ -202,6 +230,8 @@ def parse_request(
             check_key(key),
             check_key(follows, "follows"),
         )
+    if kind == "fork":
+        return kind, check_fork(*args)
     if kind == "clear":
         return kind, as_conv(args[0])
     if kind == "forget_user":

@@ -17,7 +17,8 @@ Stores that also offer ``export``/``import_``/``search`` are checked on those to
 suite covers the pinned index (``pinned``, ``window``) and idempotency keys (``add(...,
 idempotency_key=, follows=)``, ``key_position``) as well. A store that also keeps long-term
 records proves them with ``LongTermConformance`` (facts, profiles, usage, cursors) and
-``FactsInTimeConformance`` (``valid_from``/``valid_to``, ``as_of``), and one
+``FactsInTimeConformance`` (``valid_from``/``valid_to``, ``as_of``); one that forks
+conversations and reads them as they were with ``ForkConformance``; and one
 that holds budgets for calls in flight with ``ReservationConformance`` (reserve, release,
 abandon), the same way. It needs pytest.
 """
@@ -33,6 +34,7 @@ import pytest
 
 from ..messages import Conv, InvalidMessage
 from ._conformance import IdempotencyConformance, PinnedIndexConformance
+from ._conformance_fork import ForkConformance
 from ._conformance_holds import ReservationConformance
 from ._conformance_longterm import FactsInTimeConformance, LongTermConformance
 from ._conformance_scopes import ScopesConformance
@@ -42,6 +44,7 @@ WAIT = 10.0
 __all__ = [
     "ChatMemoryConformance",
     "FactsInTimeConformance",
+    "ForkConformance",
     "LongTermConformance",
     "ReservationConformance",
     "ScopesConformance",

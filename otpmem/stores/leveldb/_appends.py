@@ -1,7 +1,9 @@
 """LevelDBStore's write path for adds: each add as the ops of one WriteBatch (its messages,
 their pinned copies, its key entries, the new meta and the usage sums), built under the
 store's write lock from what the next write will find (this write's own ops, the queued
-writes, the disk) and handed to the committer.
+writes, the disk), then written by the plain thread that adds (one synced WriteBatch of
+its own, LevelDB gathering concurrent ones) or handed to the committer (a process's add,
+or one of keys a write not yet on disk touches).
 
 ``Appending`` is that half of the store's server (a mixin: ``LevelDBStore`` sets its
 fields in ``init``); the server keeps opening, closing, parking and the other writes.
@@ -37,14 +39,15 @@ class Appending:
     writes_here: bool
     convs: dict[Conv, KnownConversation]
     handle: Handle
+    packer: msgpack.Packer  # used under the write lock only: a Packer is not thread-safe
     caller_errors: ClassVar[tuple[type[BaseException], ...]]
 
     def add_here(self, add: CheckedAdd, timeout: float | None) -> bool:
         """Run an add on the calling thread (not a process's: it waits for the fsync):
-        its ops built under the write lock, then a wait for its group to be on disk.
-        False if writes are paused (a clear, a stop): the caller then calls, and its add
-        queues behind what paused them."""
-        durable = OneShot()  # a call's reply slot, without the call
+        its ops built under the write lock, then written here, synced, unless a write not
+        yet on disk touches their keys: then queued behind it, and waited for. False if
+        writes are paused (a clear, a stop): the caller then calls, and its add queues
+        behind what paused them."""
         with self.write_lock:
             if not self.writes_here:
                 return False
@@ -58,9 +61,13 @@ class Appending:
                 raise crash_server(self.handle, self.handle, exc) from exc
             if not ops:
                 return True  # stored already: a retry
-            group = self.committer.submit_here(ops, durable, staged)
-        if group is not None:  # no group was being written: this thread writes one now
-            self.committer.write_led(group)
+            token = self.committer.begin_direct(staged)
+            if token is None:  # behind a write of the same keys not yet on disk: queued
+                durable = OneShot()  # a call's reply slot, without the call
+                self.committer.submit(ops, durable, staged)
+        if token is not None:
+            self.committer.write_direct(ops, staged, token)
+            return True
         if not durable.wait(timeout):
             raise CallTimeout(self.handle, timeout, what="add")
         if durable.error is not None:
@@ -97,35 +104,48 @@ class Appending:
         follows: str | None = None,
         *,
         staged: Staged,
+        forked: int | None = None,
     ) -> list[Op]:
+        # ``forked``: the batch is a fork's copy, whose key remembers its size and which
+        # records no usage (the spend stays the source's).
         if not batch:
             return []
         if (idempotency_key is not None or follows is not None) and not admits(
             conv, idempotency_key, follows, _KeysHeld(self, conv, staged)
         ):
             return []  # stored already: a retry
-        known = self._conversation(conv)
+        known = self.convs.get(conv) or self._conversation(conv)
         meta, prefix, pinned = known.meta, known.messages, known.pinned
         seq = meta.next_seq
+        pack, key = self.packer.pack, keys.message_key  # the packer: under the write lock
         ops: list[Op] = []
+        plain = True  # no message pinned, a summary or carrying usage: most batches
         for i, message in enumerate(batch):
-            packed = msgpack.packb(message, use_bin_type=True)
-            ops.append((keys.message_key(prefix, seq + i), packed))
+            packed = pack(message)
+            ops.append((key(prefix, seq + i), packed))
+            # Pinned, a summary and usage all need metadata, but a system message's pin.
+            if message.get("metadata") is None and message.get("role") != "system":
+                continue
+            plain = False
             if is_pinned(message):
                 meta.pinned_count += 1
                 if is_summary(message):
                     if meta.summary_seq >= 0:
-                        ops.append((keys.message_key(pinned, meta.summary_seq), None))
+                        ops.append((key(pinned, meta.summary_seq), None))
                     meta.summary_seq = seq + i
-                ops.append((keys.message_key(pinned, seq + i), packed))
+                ops.append((key(pinned, seq + i), packed))
         if idempotency_key is not None:
-            ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged))
+            ops.extend(self._key_ops(conv, idempotency_key, meta, seq, staged, forked))
         meta.next_seq += len(batch)
         meta.count += len(batch)
-        ops.append((known.meta_key, meta.pack()))
+        packed_meta = meta.pack(pack)
+        ops.append((known.meta_key, packed_meta))
+        staged[known.meta_key] = packed_meta  # the next write of the conversation goes after
+        if plain or forked is not None:  # a fork records no usage: the spend is the source's
+            return ops
         usage = lt.usage_ops(lambda key: self.read_through(key, staged), conv, batch, self.db)
-        for key, value in usage[:2]:  # the running sums: the next add must see them
-            staged[key] = value
+        for key_, value in usage[:2]:  # the running sums: the next add must see them
+            staged[key_] = value
         ops.extend(usage)
         return ops
 
@@ -136,6 +156,7 @@ class Appending:
         meta: keys.Meta,
         position: int,
         staged: Staged,
+        forked: int | None = None,
     ) -> list[Op]:
         """Record the key, and forget the conversation's oldest once it holds KEYS_KEPT."""
         order = keys.conv_prefix(keys.KEY_ORDER, conv)
@@ -144,7 +165,7 @@ class Appending:
         entry = keys.idempotency_key(conv, idempotency_key)
         raw_key = idempotency_key.encode("utf-8", "surrogatepass")
         ops: list[Op] = [
-            (entry, keys.key_entry(ordinal, position)),
+            (entry, keys.key_entry(ordinal, position, forked)),
             (keys.message_key(order, ordinal), raw_key),
         ]
         if ordinal >= KEYS_KEPT:

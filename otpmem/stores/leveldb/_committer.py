@@ -6,11 +6,15 @@ committer thread and moves on to the next message. The committer takes everythin
 writes it as one LevelDB WriteBatch with one fsync, then answers every caller of that group:
 an ``add`` is acknowledged only once it is on disk.
 
-A plain thread's write (``submit_here``) that finds no group being written, and the last
-group a lone write, leads one itself, as in LevelDB's writer queue: it writes what is
-queued, its own write last, on its own thread, so a lone writer pays no hand-off to the
-committer thread and back. One group is written at a time, whoever writes it, so writes
-still land in the order submitted.
+A plain thread's add (``begin_direct``, ``write_direct``) is no hand-off at all: the thread
+writes its own synced WriteBatch, as the bare writer does, and LevelDB's own writer queue
+gathers the batches of threads writing together into one fsync, in C, with the GIL
+released (a committer of ours would wake for each, and wake each writer after). Order
+holds where it matters, among writes of the same keys: a write whose keys (every key whose
+order matters: the conversation's meta, the usage sums, the idempotency keys) a write not
+yet on disk touches is queued instead, and a queued group waits for every direct write
+claimed before it. Writes of other keys land in either order, and none is acknowledged
+before it is on disk.
 
 The server reads some keys it wrote before they are on disk (an idempotency key, to refuse
 a batch sent twice in quick succession): ``staged`` answers from the writes still queued,
@@ -33,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ...actors import ReplyTo, reply, reply_error
@@ -68,7 +73,8 @@ _Write = tuple[list[Op], "Answer | None", int, list[bytes], Any]
 
 
 class Committer:
-    """One thread that writes groups of batches to a plyvel DB in arrival order."""
+    """One thread that writes groups of batches to a plyvel DB in arrival order, beside the
+    plain threads that write their own."""
 
     def __init__(
         self, db: Any, sync: bool, on_failure: Callable[[BaseException], None], label: str
@@ -76,13 +82,17 @@ class Committer:
         self._db = db
         self._sync = sync
         self._on_failure = on_failure
-        self._cond = threading.Condition()
+        # The lock itself where no one waits: a Condition's own enter is Python code.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._queue: list[_Write] = []
         # key -> (the write that last touched it, its value); read without the lock
         self._staged: dict[bytes, tuple[int, bytes | None]] = {}
         self.writes = 0  # writes submitted, for observers (and each write's token)
         self._busy = False
-        self._last_group = 0  # how many writes the last group held
+        # tokens of the direct writes not yet on disk, oldest first
+        self._direct: dict[int, None] = {}
+        self.direct_writes = 0  # direct writes on disk, for observers
         self._flushing = 0  # threads in flush()
         self._stopping = False
         self._failed: BaseException | None = None
@@ -102,32 +112,74 @@ class Committer:
 
         ``staged`` (a subset of ``ops``) is what ``staged()`` shows until it is written.
         """
-        with self._cond:
+        with self._lock:
             if self._queued(ops, to, staged, answer):
-                self._cond.notify()
+                # A flush may wait on the condition too (for a direct write): notify() could
+                # wake it rather than the committer thread.
+                if self._flushing:
+                    self._cond.notify_all()
+                else:
+                    self._cond.notify()
 
-    def submit_here(
-        self, ops: list[Op], to: OneShot, staged: dict[bytes, bytes | None] | None = None
-    ) -> list[_Write] | None:
-        """``submit`` for a plain thread that may write: the group it is to write now (its
-        own write last) if none is being written, else None (the committer writes it).
-        The caller writes a group it got with ``write_led``, after releasing its locks."""
-        with self._cond:
-            if not self._queued(ops, to, staged, None):
-                return None
-            # Leading pays off for a lone writer; writers that arrive together are gathered
-            # better by the committer (the groups it last wrote say which we have): a writer
-            # leading at once would write alone while the rest queue for the next fsync.
-            if self._busy or self._last_group > 1:
-                self._cond.notify()
-                return None
-            group, self._queue = self._queue, []
-            self._busy = True
-            return group
+    def begin_direct(self, staged: dict[bytes, bytes | None]) -> int | None:
+        """Claim a write a plain thread makes itself (``write_direct``): its token, or None
+        if a write not yet on disk touches one of the keys in ``staged`` (every key whose
+        order matters: it must then queue behind that write, with ``submit``).
 
-    def write_led(self, group: list[_Write]) -> None:
-        """Write a group ``submit_here`` gave this thread, and answer its callers."""
-        self._write(group)
+        Its ``staged`` shows in ``staged()`` until it is written; a group submitted after
+        it is written only once it is on disk. ``StoreError`` if the store cannot write.
+        """
+        with self._lock:
+            if self._failed is not None or self._stopping:
+                raise StoreError(f"the store can no longer write: {self._failed or 'stopping'}")
+            held = self._staged
+            for key in staged:
+                if key in held:
+                    return None
+            self.writes += 1
+            token = self.writes
+            for key, value in staged.items():
+                held[key] = (token, value)
+            self._direct[token] = None
+            return token
+
+    def write_direct(self, ops: list[Op], staged: dict[bytes, bytes | None], token: int) -> None:
+        """Write a claimed write as one synced batch on this thread: LevelDB's own writer
+        queue gathers concurrent ones into one fsync, with no hand-off to a thread of ours.
+        Returns once it is durable; ``StoreError`` if it failed (the store then restarts)."""
+        try:
+            batch = self._db.write_batch(sync=self._sync)
+            for key, value in ops:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+            batch.write()
+        except BaseException as exc:
+            # Failed first: a group waiting on this write must see it did not land.
+            self._fail([], exc, direct=True)
+            self._landed(token, staged)
+            raise StoreError(f"LevelDB write failed: {exc!r}") from exc
+        self._landed(token, staged)
+
+    def _landed(self, token: int, staged: dict[bytes, bytes | None]) -> None:
+        with self._lock:
+            held = self._staged
+            for key in staged:
+                found = held.get(key)
+                if found is not None and found[0] == token:
+                    del held[key]
+            del self._direct[token]
+            self.direct_writes += 1
+            # Only a group queued behind it, a flush or a stop waits on its end.
+            if self._queue or self._busy or self._flushing or self._stopping:
+                self._cond.notify_all()
+
+    def _nothing_before(self, token: int) -> bool:
+        """Whether every direct write claimed before ``token`` is on disk (or a write
+        failed: nothing more is written then)."""
+        direct = self._direct
+        return self._failed is not None or not direct or next(iter(direct)) >= token
 
     def _queued(
         self,
@@ -157,32 +209,48 @@ class Committer:
         """Wait until everything submitted so far is written; False on timeout."""
         with self._cond:
             self._flushing += 1
+            # The direct writes claimed so far, not those of threads that go on writing.
+            before = self.writes + 1
             try:
-                return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+                return self._cond.wait_for(
+                    lambda: not self._queue and not self._busy and self._nothing_before(before),
+                    timeout,
+                )
             finally:
                 self._flushing -= 1
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Write what is queued, then end the thread."""
+        """Write what is queued, then end the thread; return once no direct write is on
+        its way either (the database may be closed then)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        with self._cond:
+            self._cond.wait_for(lambda: not self._direct, timeout)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                # A group a plain thread leads is written before anything queued behind it.
                 self._cond.wait_for(
-                    lambda: (
-                        self._failed is not None
-                        or (not self._busy and (self._queue or self._stopping))
-                    )
+                    lambda: self._failed is not None or self._queue or self._stopping
                 )
                 if self._failed is not None or not self._queue:
                     return
                 group, self._queue = self._queue, []
                 self._busy = True
+                # A direct write claimed before this group may touch its keys: it lands
+                # first, as it was built first.
+                last = group[-1][2]
+                self._cond.wait_for(partial(self._nothing_before, last))
+                refused = None
+                if self._failed is not None:
+                    self._busy = False
+                    refused = StoreError(f"LevelDB write failed: {self._failed!r}")
+            if refused is not None:
+                for _, to, *_ in group:
+                    _refuse(to, refused)
+                return
             if not self._write(group):
                 return
 
@@ -201,8 +269,7 @@ class Committer:
             self._fail(group, exc)
             return False
         self.groups += 1
-        with self._cond:
-            self._last_group = len(group)
+        with self._lock:
             for _, _, token, staged, _ in group:
                 for key in staged:
                     found = self._staged.get(key)
@@ -217,14 +284,17 @@ class Committer:
             _answer(to, answer)
         return True
 
-    def _fail(self, group: list[_Write], exc: BaseException) -> None:
-        logger.error("LevelDB write failed; failing %d writes", len(group), exc_info=exc)
+    def _fail(self, group: list[_Write], exc: BaseException, direct: bool = False) -> None:
+        logger.error("LevelDB write failed; failing %d writes", len(group) + direct, exc_info=exc)
         with self._cond:
-            self._failed = exc
+            first = self._failed is None
+            self._failed = self._failed or exc
             pending, self._queue = self._queue, []
-            self._busy = False
+            if not direct:  # a direct write's failure leaves a group being written to its writer
+                self._busy = False
             self._cond.notify_all()
         error = StoreError(f"LevelDB write failed: {exc!r}")
         for _, to, *_ in group + pending:
             _refuse(to, error)
-        self._on_failure(exc)
+        if first:  # direct writes failing together: the server restarts once
+            self._on_failure(exc)

@@ -13,7 +13,7 @@ import msgpack
 
 from ...actors import Handle, NoProcess, current
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
-from .._base import StoredWindow, check_key, check_last
+from .._base import StoredWindow, check_as_of, check_key, check_last
 from .._blocks_client import BlocksClient
 from .._client import CheckedAdd, StoreClient
 from .._holds import ReservationClient
@@ -21,6 +21,7 @@ from .._longterm_client import LongTermClient
 from . import _longterm as lt
 from . import keys
 from ._blocks import LevelDBBlockReads
+from ._fork import read_as_of
 from ._scopes import LevelDBScopeReads
 
 READY_TIMEOUT = 30.0
@@ -55,10 +56,18 @@ class LevelDBStoreHandle(
         with server.gate.reading(self._target()):
             yield server.db
 
-    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
-        """The conversation oldest first, or its newest ``last`` messages (n reads, not all)."""
-        prefix = keys.conv_prefix(keys.MESSAGE, as_conv(conv))
+    def get(
+        self, conv: ConvLike, last: int | None = None, as_of: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation oldest first, or its newest ``last`` messages (n reads, not all);
+        ``as_of=n``: as it was after its n-th message (at most n reads)."""
+        key = as_conv(conv)
+        prefix = keys.conv_prefix(keys.MESSAGE, key)
         last = check_last(last)
+        upto = check_as_of(as_of)
+        if upto is not None:
+            with self._db() as db:
+                return read_as_of(db, key, last, upto)
         if last == 0:
             return []
         with self._db() as db:

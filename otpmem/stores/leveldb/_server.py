@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from ...actors import NO_REPLY, GenServer, blocking, is_tagged, on_exit
 from ...actors.faults import FaultPlan
 from ...messages import Conv, short_repr
@@ -41,7 +43,7 @@ from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
 from ..scopes import owner_key
-from . import _blocks, _scopes, keys
+from . import _blocks, _fork, _scopes, keys
 from . import _longterm as lt
 from ._appends import Appending, KnownConversation, Staged
 from ._committer import Committer, Op
@@ -157,6 +159,7 @@ class LevelDBStore(Appending, GenServer):
         # built under this lock, which the server takes too for anything that reads or
         # changes what an add builds on; clears and long-term writes pause them instead.
         self.write_lock = threading.Lock()
+        self.packer = msgpack.Packer(use_bin_type=True)
         self.writes_here = True
         self.closed = False
         on_exit(self._close)
@@ -221,6 +224,9 @@ class LevelDBStore(Appending, GenServer):
                 ops = self._append_ops(*arg, staged=staged)
                 self.committer.submit(ops, self.caller(), staged)
             return NO_REPLY
+        if kind == "fork":
+            with self._adds_paused():
+                return _fork.fork(self, arg)
         if kind == "import":
             staged = {}
             ops = []

@@ -15,7 +15,7 @@ next message's sequence number (its position: a conversation is only ever append
 deleted whole), how many messages it holds, how many keyed batches it has had, where its
 newest summary is (-1: none), and how many of its messages are pinned (superseded summaries
 too). A ``k`` entry (``key_entry``) is the batch's ordinal among the keyed batches and the
-position it begins at.
+position it begins at (and, for the batch of a keyed fork, how many messages it copied).
 ``p`` is the pinned index (system and pinned messages and the newest summary, a copy of
 each, so the index is one range scan). ``k`` finds a key's batch, ``q`` lists the
 keys oldest first so the oldest can be forgotten.
@@ -39,7 +39,7 @@ one WriteBatch, so the index and the keys are never out of step with the message
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
@@ -166,9 +166,9 @@ class Meta:
         """A stored record (one of layout 1 holds only ``next_seq`` and ``count``)."""
         return cls(*msgpack.unpackb(raw))
 
-    def pack(self) -> bytes:
-        """The record as stored."""
-        packed: bytes = msgpack.packb(
+    def pack(self, pack: Callable[[Any], bytes] = msgpack.packb) -> bytes:
+        """The record as stored (``pack``: a ``Packer``'s, to spare making one per call)."""
+        packed: bytes = pack(
             [self.next_seq, self.count, self.next_ordinal, self.summary_seq, self.pinned_count]
         )
         return packed
@@ -179,13 +179,21 @@ def count_of(raw: bytes) -> int:
     return int(msgpack.unpackb(raw)[1])
 
 
-def key_entry(ordinal: int, position: int) -> bytes:
+def key_entry(ordinal: int, position: int, forked: int | None = None) -> bytes:
     """The value of a ``k`` key: the batch's ordinal among its conversation's keyed batches,
-    and the position it begins at."""
-    packed: bytes = msgpack.packb([ordinal, position])
+    the position it begins at, and for a fork's batch how many messages it copied (a third
+    field an older reader, which reads the first two, does not see)."""
+    entry = [ordinal, position] if forked is None else [ordinal, position, forked]
+    packed: bytes = msgpack.packb(entry)
     return packed
 
 
 def position_of(raw: bytes) -> int:
     """The position a ``k`` key's batch begins at."""
     return int(msgpack.unpackb(raw)[1])
+
+
+def forked_of(raw: bytes) -> int | None:
+    """How many messages the fork keyed by a ``k`` key copied (None: the key is an add's)."""
+    entry = msgpack.unpackb(raw)
+    return int(entry[2]) if len(entry) > 2 else None

@@ -3,15 +3,17 @@ under the store's write lock, other writes as calls (see ``_server``)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...actors import CallingSelf, Handle, Killed, NoProcess, Table, TableError, current
 from ...actors.runtime import Process, lookup
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
-from .._base import StoredWindow, check_key, check_last
+from .._base import StoredWindow, check_as_of, check_key, check_last
 from .._blocks_client import BlocksClient
 from .._client import CheckedAdd, StoreClient, parse_request
+from .._fork import bounds
 from .._holds import ReservationClient
 from .._longterm_client import LongTermClient
 from ..reservations import Reservation, ReserveArgs
@@ -154,8 +156,11 @@ class MemoryStoreHandle(
             raise NoProcess(self._target())
         return process, server
 
-    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
-        """The conversation oldest first, or its newest ``last`` messages (read-only dicts)."""
+    def get(
+        self, conv: ConvLike, last: int | None = None, as_of: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation oldest first, or its newest ``last`` messages (read-only dicts);
+        ``as_of=n``: as it was after its n-th message (``last`` counts back from there)."""
         # The hot read path, kept flat: each bytecode costs next to the slice it guards.
         # One incarnation's table empties only when deleted, so for a handle to a process a
         # hit needs no liveness check; a named handle checks who holds the name. Stored keys
@@ -173,22 +178,25 @@ class MemoryStoreHandle(
                 entry = mapping.get(conv[1])  # a conversation of no user is keyed by its id
         except Exception:  # unhashable, or its own __hash__ or __eq__ raised: no key of ours
             entry = None
-        if entry is not None and (kind is str or kind is Conv):
+        if entry is not None and as_of is None and (kind is str or kind is Conv):
             messages, n = entry.messages, entry.count
             if type(last) is int and 0 <= last <= n:
                 return messages[n - last : n]
             if last is None:
                 return messages[:n]
-        return self._get_checked(conv, last)
+        return self._get_checked(conv, last, as_of)
 
-    def _get_checked(self, conv: ConvLike, last: int | None) -> list[dict[str, Any]]:
+    def _get_checked(
+        self, conv: ConvLike, last: int | None, as_of: int | None
+    ) -> list[dict[str, Any]]:
         key = table_key(as_conv(conv))
         last = check_last(last)
+        as_of = check_as_of(as_of)
         entry = self._mapping().get(key)
         if entry is None:
             return []
-        messages, n = entry.messages, entry.count
-        return messages[:n] if last is None or last >= n else messages[n - last : n]
+        start, stop = bounds(entry.count, last, as_of)
+        return entry.messages[start:stop]
 
     def pinned(self, conv: ConvLike) -> list[tuple[int, dict[str, Any]]]:
         """The pinned index: (position, message) of each system and pinned message and of
@@ -210,8 +218,15 @@ class MemoryStoreHandle(
         messages, n = entry.messages, entry.count
         start = max(0, n - last)
         tail = messages[start:n]
-        before = [(p, messages[p]) for p in entry.pins if p < start]
-        tail_pinned = sum(1 for m in tail if is_pinned(m))
+        pins = entry.pins  # ascending
+        at = bisect_left(pins, start)
+        before = [(p, messages[p]) for p in pins[:at]]
+        if entry.pinned_count == len(pins):
+            # Every pinned message is indexed (no superseded summary): the tail's are the
+            # indexed ones from start on, counted without reading a message.
+            tail_pinned = len(pins) - at
+        else:
+            tail_pinned = sum(1 for m in tail if is_pinned(m))
         pinned_before = entry.pinned_count - tail_pinned
         return StoredWindow(before, tail, start, n, pinned_before, tail_pinned)
 

@@ -49,7 +49,7 @@ from ..blocks import is_block_edit, parse_block_edit
 from ..longterm import Usage
 from ..reservations import Limit, abandoned_hold, is_reservation, parse_reservation
 from ..scopes import owner_key
-from . import _blocks, _scopes
+from . import _blocks, _fork, _scopes
 from . import _longterm as lt
 from ._handle import WRITES_HERE, MemoryStoreHandle
 from ._snapshot import Snapshot, TableKey, table_key
@@ -218,6 +218,8 @@ class MemoryStore(GenServer):
             return self._longterm(kind, arg)
         if kind in WRITES_HERE:
             self._add_or_import(kind, arg)
+        elif kind == "fork":
+            return _fork.fork(self.table, arg)
         elif kind == "clear":
             mapping = self.table.mapping()
             existed = table_key(arg) in mapping
@@ -268,12 +270,13 @@ class MemoryStore(GenServer):
             return  # stored already: a retry
         pins: tuple[int, ...] = ()
         pinned_count = 0
+        forked = None
         if entry is None:
             messages: list[dict[str, Any]] = []
             n = 0
         else:
             messages, n = entry.messages, entry.count
-            pins, pinned_count = entry.pins, entry.pinned_count
+            pins, pinned_count, forked = entry.pins, entry.pinned_count, entry.forked
             # Readers hold a snapshot and never look past its count, so extending in place
             # is safe; a new snapshot publishes the longer list in one step.
             del messages[n:]
@@ -289,7 +292,7 @@ class MemoryStore(GenServer):
             if len(keys) > KEYS_KEPT:
                 del keys[next(iter(keys))]  # the oldest: dicts keep insertion order
         puts: dict[Any, Any] = lt.usage_puts(self.table.mapping(), conv, batch)
-        puts[key] = Snapshot(messages, n + len(batch), pins, keys, pinned_count)
+        puts[key] = Snapshot(messages, n + len(batch), pins, keys, pinned_count, forked)
         self.table.update(puts)  # the messages and their usage sums in one step
         if entry is None and conv.user_id is not None:
             list_conversation(self.table, conv)  # after the snapshot: a listed conversation exists

@@ -27,13 +27,14 @@ class Snapshot:
     looks past its own ``count``. ``pins`` are the pinned positions (system and pinned
     messages and the newest summary), ``keys`` each idempotency key's batch position (None:
     none yet; the newest ``KEYS_KEPT``), ``pinned_count`` how many of the ``count`` messages
-    are pinned, superseded summaries included.
+    are pinned, superseded summaries included, ``forked`` the key and the size of the fork
+    that made the conversation (None: no keyed fork), for its retry.
 
     A slotted class rather than a named tuple: its fields read as fast as a tuple's index on
     the read path, and it is built faster than a named tuple on the write path (measured).
     """
 
-    __slots__ = ("count", "keys", "messages", "pinned_count", "pins")
+    __slots__ = ("count", "forked", "keys", "messages", "pinned_count", "pins")
 
     def __init__(
         self,
@@ -42,12 +43,14 @@ class Snapshot:
         pins: tuple[int, ...],
         keys: dict[str, int] | None,
         pinned_count: int,
+        forked: tuple[str, int] | None = None,
     ) -> None:
         self.messages = messages
         self.count = count
         self.pins = pins
         self.keys = keys
         self.pinned_count = pinned_count
+        self.forked = forked
 
 
 __all__ = ["Snapshot", "TableKey", "table_key"]

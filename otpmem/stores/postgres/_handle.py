@@ -24,7 +24,16 @@ from ._scopes import ScopeReads
 
 READY_TIMEOUT = 30.0
 WRITES = frozenset(
-    {"add", "import", "clear", "forget_user", *LONGTERM_KINDS, *RESERVATION_KINDS, BLOCK_EDIT}
+    {
+        "add",
+        "fork",
+        "import",
+        "clear",
+        "forget_user",
+        *LONGTERM_KINDS,
+        *RESERVATION_KINDS,
+        BLOCK_EDIT,
+    }
 )
 
 

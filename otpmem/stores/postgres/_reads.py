@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ...actors import blocking
 from ...messages import Conv, ConvLike, as_conv, check_user_id, is_pinned
-from .._base import KEYS_KEPT, StoredWindow, check_key, check_last
+from .._base import KEYS_KEPT, StoredWindow, check_as_of, check_key, check_last
 from .._fact_plan import as_seconds, facts_as_of
 from ..longterm import (
     Fact,
@@ -37,6 +37,10 @@ _SQL = {
     "ORDER BY seq",
     "last": "SELECT body FROM (SELECT seq, body FROM {ns}.messages WHERE user_key = %s AND "
     "conversation_id = %s ORDER BY seq DESC LIMIT %s) t ORDER BY seq",
+    "as_of": "SELECT body FROM {ns}.messages WHERE user_key = %s AND conversation_id = %s "
+    "AND seq < %s ORDER BY seq",
+    "last_as_of": "SELECT body FROM (SELECT seq, body FROM {ns}.messages WHERE user_key = %s "
+    "AND conversation_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s) t ORDER BY seq",
     "count": "SELECT count FROM {ns}.conversations WHERE user_key = %s AND conversation_id = %s",
     "conversations": "SELECT user_key, conversation_id FROM {ns}.conversations WHERE count > 0 "
     "ORDER BY user_key, conversation_id",
@@ -124,14 +128,26 @@ class PostgresReads:
             # Binary results: a bytea body arrives as its bytes, not as hex text to decode.
             return list(conn.execute(q[name], args, binary=True).fetchall())
 
-    def get(self, conv: ConvLike, last: int | None = None) -> list[dict[str, Any]]:
-        """The conversation oldest first, or its newest ``last`` (an index range scan)."""
+    def get(
+        self, conv: ConvLike, last: int | None = None, as_of: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation oldest first, or its newest ``last`` (an index range scan);
+        ``as_of=n``: as it was after its n-th message (one query, at most n rows)."""
         key = as_conv(conv)
         last = check_last(last)
+        as_of = check_as_of(as_of)
         where = (user_key(key.user_id), key.conversation_id)
         if last == 0:
             return []
-        rows = self._rows("all", where) if last is None else self._rows("last", (*where, last))
+        if as_of is not None:  # a message's seq is its position: the first n are seq < n
+            if last is None:
+                rows = self._rows("as_of", (*where, as_of))
+            else:
+                rows = self._rows("last_as_of", (*where, as_of, last))
+        elif last is None:
+            rows = self._rows("all", where)
+        else:
+            rows = self._rows("last", (*where, last))
         return [_unpack(r[0]) for r in rows]
 
     def count(self, conv: ConvLike) -> int:

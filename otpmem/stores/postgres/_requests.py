@@ -15,6 +15,7 @@ from .._longterm_client import LONGTERM_KINDS
 from ..blocks import is_block_edit, parse_block_edit
 from ..reservations import is_reservation, parse_reservation
 from ._blocks import BlockWrites
+from ._forks import Forks
 from ._holds import Holds
 from ._writes import Writes
 
@@ -26,6 +27,7 @@ class Requests:
         self.writes = Writes(namespace)
         self.holds = Holds(namespace)
         self.blocks = BlockWrites(namespace)
+        self.forks = Forks(namespace)
         self.longterm: dict[str, Callable[..., Any]] = {
             "save_facts": self.writes.save_facts,
             "save_profile": self.writes.save_profile,
@@ -51,6 +53,8 @@ class Requests:
             return self.longterm[kind], arg if isinstance(arg, tuple) else (arg,)
         if kind == "add":
             return self.writes.append, arg
+        if kind == "fork":
+            return self.forks.fork, arg
         if kind == "import":
             return self._import, (arg,)
         if kind == "clear":

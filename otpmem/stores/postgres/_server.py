@@ -39,18 +39,16 @@ from .._client import CheckedAdd
 from .._supervised import spawn_store, supervised_store
 from .._write_rules import CALLER_ERRORS
 from ..reservations import abandoned_hold
-from ._blocks import ensure_blocks
 from ._commit import Committing, FencedAdd, FenceOf
 from ._dsn import check_dsn, redact
 from ._embedded import embedded_dir, embedded_dsn
 from ._group_commit import GroupCommit
 from ._handle import WRITES, PostgresStoreHandle, _psycopg
-from ._holds import ensure_holds
-from ._leases import ensure_leases
 from ._pool import CONNECT_TIMEOUT, open_pool, pooled
+from ._prepare import prepare_schema
 from ._reads import compose
 from ._requests import Requests
-from ._schema import check_namespace, check_schema, ensure_schema
+from ._schema import check_namespace
 
 logger = logging.getLogger("otpmem.stores")
 
@@ -237,14 +235,7 @@ class PostgresStore(Committing, GenServer):
         try:
             blocking(self.pool.open, True, connect_timeout)
             with pooled(self.pool, connect_timeout) as conn:
-                if read_only:
-                    blocking(check_schema, conn, namespace)
-                else:
-                    blocking(ensure_schema, conn, namespace)
-                    blocking(ensure_holds, conn, namespace)
-                    blocking(ensure_blocks, conn, namespace)
-                    if fence is not None:
-                        blocking(ensure_leases, conn, namespace)
+                blocking(prepare_schema, conn, namespace, read_only, fence is not None)
         except self._psycopg_errors as exc:
             self.pool.close()
             # The pool says only that it timed out; one plain connection says why. It is
