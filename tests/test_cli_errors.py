@@ -95,7 +95,7 @@ def damaged_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ["inspect", "STORE", "sim-0", "--user", "sim"],
         ["export", "STORE", "--all"],
         ["search", "STORE", "answer", "--user", "sim"],
-        ["import", "STORE", "-"],
+        ["import", "STORE", "-", "--into-run"],  # a run: the corruption, not the run, refuses
         ["simulate", "--data", "STORE", "--resume", "--no-progress"],
     ],
     ids=["inspect", "inspect-conv", "export", "search", "import", "simulate-resume"],
