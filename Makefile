@@ -24,8 +24,10 @@ $(CHROMIUM):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
+# Two workers (pytest-xdist): the suite is mostly CPU-bound Python, and a 2-core box runs
+# it in about half the time; each worker has its own embedded PostgreSQL.
 test: lint $(CHROMIUM)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # The main job: 20 agents x 10 turns under chaos into a temporary directory; the first run
 # SIGKILLs itself mid-way (a crash drill), the second recovers and audits every
