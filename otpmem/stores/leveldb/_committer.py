@@ -62,6 +62,17 @@ def _answer(to: Answer | None, value: Any) -> None:
         reply(to, value)  # type: ignore[arg-type]
 
 
+def _write_batch(db: Any, sync: bool, ops: list[Op]) -> None:
+    """Put and delete ``ops`` (a ``None`` value deletes) in one WriteBatch, synced if asked."""
+    batch = db.write_batch(sync=sync)
+    for key, value in ops:
+        if value is None:
+            batch.delete(key)
+        else:
+            batch.put(key, value)
+    batch.write()
+
+
 def _refuse(to: Answer | None, error: BaseException) -> None:
     if type(to) is OneShot:
         to.fail(error)
@@ -148,13 +159,7 @@ class Committer:
         queue gathers concurrent ones into one fsync, with no hand-off to a thread of ours.
         Returns once it is durable; ``StoreError`` if it failed (the store then restarts)."""
         try:
-            batch = self._db.write_batch(sync=self._sync)
-            for key, value in ops:
-                if value is None:
-                    batch.delete(key)
-                else:
-                    batch.put(key, value)
-            batch.write()
+            _write_batch(self._db, self._sync, ops)
         except BaseException as exc:
             # Failed first: a group waiting on this write must see it did not land.
             self._fail([], exc, direct=True)
@@ -257,14 +262,7 @@ class Committer:
     def _write(self, group: list[_Write]) -> bool:
         """Write one group (this thread holds ``_busy``) and answer it; False if it failed."""
         try:
-            batch = self._db.write_batch(sync=self._sync)
-            for ops, *_ in group:
-                for key, value in ops:
-                    if value is None:
-                        batch.delete(key)
-                    else:
-                        batch.put(key, value)
-            batch.write()
+            _write_batch(self._db, self._sync, [op for ops, *_ in group for op in ops])
         except BaseException as exc:
             self._fail(group, exc)
             return False
