@@ -198,13 +198,15 @@ def check_as_of(as_of: object) -> int | None:
     return as_of
 
 
-def check_key(key: object, what: str = "idempotency_key") -> str | None:
-    """Return ``key`` if it is None or a non-empty str of at most 256 characters."""
+def check_key(
+    key: object, what: str = "idempotency_key", longest: int = MAX_KEY_LENGTH
+) -> str | None:
+    """Return ``key`` if it is None or a non-empty str of at most ``longest`` characters."""
     if key is None:
         return None
-    if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH:
+    if type(key) is not str or not key or len(key) > longest:
         raise ValueError(
-            f"{what} must be None or a non-empty str of at most {MAX_KEY_LENGTH} "
+            f"{what} must be None or a non-empty str of at most {longest} "
             f"characters, got {short_repr(key)}"
         )
     return key

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import short_repr
-from ._base import StoreError
+from ._base import StoreError, check_key
 from .scopes import Who, owner_key, public_id
 
 DEFAULT_BLOCK_LIMIT = 2000
@@ -134,14 +134,7 @@ def check_text(text: object, what: str) -> str:
 
 def check_edit_key(key: object) -> str | None:
     """None or a non-empty str of at most 400 characters."""
-    if key is None:
-        return None
-    if type(key) is not str or not key or len(key) > MAX_EDIT_KEY:
-        raise ValueError(
-            f"an edit key is None or a non-empty str of at most {MAX_EDIT_KEY} characters, "
-            f"got {short_repr(key)}"
-        )
-    return key
+    return check_key(key, "an edit key", MAX_EDIT_KEY)
 
 
 def parse_block_edit(message: tuple[Any, ...]) -> tuple[Any, ...]:
