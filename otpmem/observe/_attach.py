@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._publish import STATUS_FILE, STATUS_FORMAT, STATUS_TABLE
+from ._publish import STATUS_FILE, STATUS_FORMAT, STATUS_TABLE, schema_name
 from ._sampler import Sampler
 
 logger = logging.getLogger("otpmem.observe")
 
 STALE_AFTER = 3.0
 """Intervals after which a node that published nothing since is listed as stale."""
-_NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DSN = re.compile(r"^(postgres(ql)?://|\S+=)", re.IGNORECASE)
 
 
@@ -36,11 +35,10 @@ class AttachError(ValueError):
 
 def check_namespace(namespace: object) -> str:
     """``namespace`` if it is a plain PostgreSQL schema name, else ``AttachError``."""
-    if type(namespace) is not str or not _NAMESPACE.match(namespace):
-        raise AttachError(
-            f"namespace {namespace!r} is not a schema name (lower-case letters, digits and _)"
-        )
-    return namespace
+    try:
+        return schema_name(namespace)
+    except ValueError as exc:
+        raise AttachError(str(exc)) from None
 
 
 def is_dsn(target: str) -> bool:

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -32,6 +33,7 @@ logger = logging.getLogger("otpmem.observe")
 STATUS_FILE = "observer-status.json"
 STATUS_FORMAT = "otpmem.observer.status"
 STATUS_TABLE = "observer_status"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 INTERVAL = 1.0
 
 _TABLE = """
@@ -46,6 +48,15 @@ INSERT INTO {ns}.observer_status (node, published_at, status) VALUES (%s, now(),
 ON CONFLICT (node) DO UPDATE SET published_at = now(), status = EXCLUDED.status
 """
 
+
+
+def schema_name(namespace: object) -> str:
+    """``namespace`` if it is a plain PostgreSQL schema name, else ``ValueError``."""
+    if type(namespace) is not str or not _SCHEMA_NAME.match(namespace):
+        raise ValueError(
+            f"namespace {namespace!r} is not a schema name (lower-case letters, digits and _)"
+        )
+    return namespace
 
 def node_label() -> str:
     """This node as observers list it: ``host:os-pid``."""
@@ -89,9 +100,7 @@ class Publisher:
         if not isinstance(interval, int | float) or not interval > 0:
             raise ValueError(f"publish: interval must be a number of seconds > 0, got {interval!r}")
         if dsn is not None:
-            from ._attach import check_namespace
-
-            check_namespace(namespace)
+            schema_name(namespace)
         self.directory = None if directory is None else Path(directory)
         self.dsn = dsn
         self.namespace = namespace
