@@ -37,11 +37,12 @@ from .longterm import (
     LongTermStore,
     Profile,
     Usage,
+    scope_usage,
     usage_of,
 )
 from .memory import MemoryStore, MemoryStoreHandle
 from .reservations import Hold, Limit, Reservation, ReservationStore
-from .scopes import Scope, ScopeStore, Who, scope_usage, view_of
+from .scopes import Scope, ScopeStore, Who, view_of
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore, PostgresStoreHandle

@@ -23,8 +23,9 @@ from .longterm import (
     check_limit,
     check_owner,
     check_profile,
+    scope_usage,
 )
-from .scopes import Scope, Who, check_member, owner_key, public_id, scope_usage, tenant_of
+from .scopes import Scope, Who, check_member, owner_key, public_id, tenant_of
 
 LONGTERM_ARITIES: dict[str, tuple[int, ...]] = {
     "save_facts": (7, 8),

@@ -30,7 +30,7 @@ from ._fact_plan import KEEP_FACT_HISTORY as KEEP_FACT_HISTORY
 from ._fact_plan import CursorMoved as CursorMoved
 from ._fact_plan import FactLimitReached as FactLimitReached
 from ._fact_plan import checked_times
-from .scopes import Who, owner_key, public_id, tenant_of
+from .scopes import Who, as_scope, owner_key, public_id, tenant_of
 
 MAX_FACTS_PER_USER = 200
 USAGE_LOG_HORIZON = 400 * 86_400.0
@@ -359,3 +359,18 @@ def fact_from_list(raw: Sequence[Any]) -> Fact:
         None if began is None else float(began),
         None if ended is None else float(ended),
     )
+
+
+def scope_usage(store: object, scope: Who, since: float | None = None) -> Usage:
+    """What the scope's conversations recorded (a user's own scope: ``user_usage``, which
+    keeps a cleared conversation's spend; another scope's sum restarts with a clear, as
+    the conversation's ``usage`` does)."""
+    checked = as_scope(scope)
+    reader: Any = store
+    if checked.is_user:
+        total: Usage = reader.user_usage(checked.user, since)
+        return total
+    total = Usage()
+    for conv in reader.scope_conversations(checked):
+        total = total + reader.usage(conv, since)
+    return total

@@ -27,12 +27,9 @@ import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..messages import Conv, ConvLike, short_repr
-
-if TYPE_CHECKING:
-    from .longterm import Usage
 
 MARK = "\x1f"
 """What every encoded owner key begins with (the ASCII unit separator)."""
@@ -203,23 +200,6 @@ class ScopeStore(Protocol):
         """The user's scopes beyond their own that hold anything, in key order."""
 
 
-def scope_usage(store: object, scope: Who, since: float | None = None) -> Usage:
-    """What the scope's conversations recorded (a user's own scope: ``user_usage``, which
-    keeps a cleared conversation's spend; another scope's sum restarts with a clear, as
-    the conversation's ``usage`` does)."""
-    from .longterm import Usage  # the long-term records key their owners by this module
-
-    checked = as_scope(scope)
-    reader: Any = store
-    if checked.is_user:
-        total: Usage = reader.user_usage(checked.user, since)
-        return total
-    total = Usage()
-    for conv in reader.scope_conversations(checked):
-        total = total + reader.usage(conv, since)
-    return total
-
-
 def sorted_scopes(owners: Iterable[str]) -> list[Scope]:
     """The Scopes of encoded owner keys beyond users' own, in key order."""
     found = [public_id(o) for o in sorted(owners)]
@@ -239,7 +219,6 @@ __all__ = [
     "owner_key",
     "public_id",
     "registered_user",
-    "scope_usage",
     "sorted_scopes",
     "tenant_of",
     "view_of",
